@@ -1,0 +1,363 @@
+//! The in-memory index: every stored version of every id, with the sequence range in which it is the
+//! id's visible version, and ordered secondary sets on (type, timestamp), (scope, timestamp) and
+//! (timestamp). Low-cardinality strings (type, scope, source) are interned to small integers.
+//!
+//! MVCC: a view at sequence number `S` sees, for each id, the version whose
+//! `seq_created <= S < seq_ended`. A newer version or a tombstone sets `seq_ended` of the one it ends.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::Hash;
+use std::sync::Arc;
+
+use crate::item::{Scope, TypeRegistry};
+use crate::log::record::{PutView, ScopeView};
+use crate::log::segment::Segment;
+
+/// `seq_ended` of a version nothing has ended yet.
+pub(crate) const SEQ_OPEN: u64 = u64::MAX;
+/// `expires_at` of a version without a TTL.
+pub(crate) const NEVER_EXPIRES: i64 = i64::MAX;
+
+/// Where a record is stored: segment number, byte offset and length of the whole record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Location {
+    pub(crate) segment: u32,
+    pub(crate) offset: u32,
+    pub(crate) len: u32,
+}
+
+/// One stored version of an id.
+#[derive(Debug, Clone)]
+pub(crate) struct VersionEntry {
+    pub(crate) seq_created: u64,
+    pub(crate) seq_ended: u64,
+    /// The item's timestamp: with the slot, the key of its entries in the ordered sets.
+    #[allow(dead_code, reason = "compaction removes set entries by this key")]
+    pub(crate) timestamp: i64,
+    pub(crate) expires_at: i64,
+    pub(crate) hash: [u8; 32],
+    pub(crate) version: Box<str>,
+    pub(crate) location: Location,
+    /// Position of the id in [`Index::ids`].
+    pub(crate) id: u32,
+    /// How many deletes of the id came before this version: versions of one history share it.
+    pub(crate) generation: u32,
+    pub(crate) kind: u16,
+    pub(crate) scope: u32,
+    pub(crate) source: u32,
+}
+
+impl VersionEntry {
+    /// Whether a view at `seq` sees this version.
+    pub(crate) fn visible_at(&self, seq: u64) -> bool {
+        self.seq_created <= seq && seq < self.seq_ended
+    }
+
+    /// Whether the version has expired at time `now`.
+    pub(crate) fn expired_at(&self, now: i64) -> bool {
+        self.expires_at <= now
+    }
+}
+
+/// Everything the index keeps per id.
+#[derive(Debug, Clone)]
+pub(crate) struct IdEntry {
+    pub(crate) name: Arc<str>,
+    /// Slots of every stored version, oldest first.
+    pub(crate) versions: Vec<u32>,
+    /// How many times the id was deleted; the current history is generation `deletes`.
+    pub(crate) deletes: u32,
+}
+
+/// Maps values to dense small integers and back.
+#[derive(Debug, Clone)]
+pub(crate) struct Interner<T> {
+    ids: HashMap<T, u32>,
+    values: Vec<T>,
+}
+
+impl<T> Default for Interner<T> {
+    fn default() -> Self {
+        Interner {
+            ids: HashMap::new(),
+            values: Vec::new(),
+        }
+    }
+}
+
+impl<T: Hash + Eq + Clone> Interner<T> {
+    pub(crate) fn intern(&mut self, value: &T) -> u32 {
+        if let Some(id) = self.ids.get(value) {
+            return *id;
+        }
+        let id = u32::try_from(self.values.len()).unwrap_or(u32::MAX);
+        self.ids.insert(value.clone(), id);
+        self.values.push(value.clone());
+        id
+    }
+
+    pub(crate) fn get<Q>(&self, value: &Q) -> Option<u32>
+    where
+        T: std::borrow::Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.ids.get(value).copied()
+    }
+
+    pub(crate) fn value(&self, id: u32) -> Option<&T> {
+        self.values.get(usize::try_from(id).ok()?)
+    }
+}
+
+/// The whole in-memory state of a store: index, type registry and the segments readers use.
+#[derive(Debug, Default)]
+pub(crate) struct Index {
+    pub(crate) ids: Vec<IdEntry>,
+    pub(crate) by_name: HashMap<Arc<str>, u32>,
+    pub(crate) slots: Vec<VersionEntry>,
+    pub(crate) by_type: Vec<BTreeSet<(i64, u32)>>,
+    pub(crate) by_scope: Vec<BTreeSet<(i64, u32)>>,
+    pub(crate) by_time: BTreeSet<(i64, u32)>,
+    pub(crate) kinds: Interner<Box<str>>,
+    pub(crate) scopes: Interner<Scope>,
+    pub(crate) sources: Interner<Box<str>>,
+    pub(crate) registry: TypeRegistry,
+    pub(crate) segments: BTreeMap<u32, Arc<Segment>>,
+    /// The last published sequence number: views at or below it are consistent.
+    pub(crate) seq: u64,
+    /// Ids with a version that is visible now (ignoring expiry).
+    pub(crate) live_ids: u64,
+    /// Heap bytes of version strings, for the memory estimate.
+    version_string_bytes: u64,
+    /// Heap bytes of id strings, for the memory estimate.
+    id_string_bytes: u64,
+}
+
+/// What a view at some sequence number sees of one id.
+pub(crate) struct Visible<'a> {
+    pub(crate) entry: &'a IdEntry,
+    pub(crate) version: &'a VersionEntry,
+}
+
+impl Index {
+    pub(crate) fn slot(&self, slot: u32) -> Option<&VersionEntry> {
+        self.slots.get(usize::try_from(slot).ok()?)
+    }
+
+    pub(crate) fn id_entry(&self, name: &str) -> Option<&IdEntry> {
+        let position = *self.by_name.get(name)?;
+        self.ids.get(usize::try_from(position).ok()?)
+    }
+
+    pub(crate) fn id_name(&self, id: u32) -> &str {
+        self.ids
+            .get(usize::try_from(id).unwrap_or(usize::MAX))
+            .map_or("", |entry| &entry.name)
+    }
+
+    /// The version of `name` a view at `seq` sees, if any.
+    pub(crate) fn visible(&self, name: &str, seq: u64) -> Option<Visible<'_>> {
+        let entry = self.id_entry(name)?;
+        entry.versions.iter().rev().find_map(|slot| {
+            let version = self.slot(*slot)?;
+            version.visible_at(seq).then_some(Visible { entry, version })
+        })
+    }
+
+    /// The versions of the id's current history (since its last delete), oldest first.
+    pub(crate) fn current_history<'a>(&'a self, name: &str) -> impl Iterator<Item = &'a VersionEntry> + 'a {
+        let entry = self.id_entry(name);
+        let generation = entry.map_or(0, |entry| entry.deletes);
+        entry
+            .into_iter()
+            .flat_map(|entry| entry.versions.iter())
+            .filter_map(move |slot| self.slot(*slot))
+            .filter(move |version| version.generation == generation)
+    }
+
+    /// Records a new version stored at `location` by the batch with sequence number `seq`.
+    pub(crate) fn apply_put(&mut self, seq: u64, put: &PutView<'_>, location: Location) {
+        let slot = u32::try_from(self.slots.len()).unwrap_or(u32::MAX);
+        let id = match self.by_name.get(put.id) {
+            Some(id) => *id,
+            None => {
+                let id = u32::try_from(self.ids.len()).unwrap_or(u32::MAX);
+                let name: Arc<str> = Arc::from(put.id);
+                self.id_string_bytes += name.len() as u64;
+                self.by_name.insert(Arc::clone(&name), id);
+                self.ids.push(IdEntry {
+                    name,
+                    versions: Vec::new(),
+                    deletes: 0,
+                });
+                id
+            }
+        };
+        let Some(entry) = self.ids.get_mut(usize::try_from(id).unwrap_or(usize::MAX)) else {
+            return;
+        };
+        let generation = entry.deletes;
+        let mut had_live = false;
+        if let Some(last) = entry.versions.last() {
+            if let Some(previous) = self.slots.get_mut(usize::try_from(*last).unwrap_or(usize::MAX)) {
+                if previous.seq_ended == SEQ_OPEN {
+                    previous.seq_ended = seq;
+                    had_live = true;
+                }
+            }
+        }
+        entry.versions.push(slot);
+        if !had_live {
+            self.live_ids += 1;
+        }
+        let kind = u16::try_from(self.kinds.intern(&Box::from(put.kind))).unwrap_or(u16::MAX);
+        let scope = self.scopes.intern(&put.scope.to_scope());
+        let source = self.sources.intern(&Box::from(put.source));
+        self.version_string_bytes += put.version.len() as u64;
+        self.slots.push(VersionEntry {
+            seq_created: seq,
+            seq_ended: SEQ_OPEN,
+            timestamp: put.timestamp,
+            expires_at: put.expires_at().unwrap_or(NEVER_EXPIRES),
+            hash: put.hash,
+            version: Box::from(put.version),
+            location,
+            id,
+            generation,
+            kind,
+            scope,
+            source,
+        });
+        let key = (put.timestamp, slot);
+        let kind_index = usize::from(kind);
+        if self.by_type.len() <= kind_index {
+            self.by_type.resize_with(kind_index + 1, BTreeSet::new);
+        }
+        if let Some(set) = self.by_type.get_mut(kind_index) {
+            set.insert(key);
+        }
+        let scope_index = usize::try_from(scope).unwrap_or(usize::MAX);
+        if self.by_scope.len() <= scope_index {
+            self.by_scope.resize_with(scope_index + 1, BTreeSet::new);
+        }
+        if let Some(set) = self.by_scope.get_mut(scope_index) {
+            set.insert(key);
+        }
+        self.by_time.insert(key);
+    }
+
+    /// Records a tombstone of `name` by the batch `seq`; returns whether the id had a current history.
+    pub(crate) fn apply_delete(&mut self, seq: u64, name: &str) -> bool {
+        let had_history = self.current_history(name).next().is_some();
+        let Some(id) = self.by_name.get(name).copied() else {
+            return false;
+        };
+        let Some(entry) = self.ids.get_mut(usize::try_from(id).unwrap_or(usize::MAX)) else {
+            return false;
+        };
+        if !had_history {
+            return false;
+        }
+        entry.deletes += 1;
+        if let Some(last) = entry.versions.last() {
+            if let Some(previous) = self.slots.get_mut(usize::try_from(*last).unwrap_or(usize::MAX)) {
+                if previous.seq_ended == SEQ_OPEN {
+                    previous.seq_ended = seq;
+                    self.live_ids = self.live_ids.saturating_sub(1);
+                }
+            }
+        }
+        true
+    }
+
+    /// An estimate of the heap and inline bytes the index uses, and the formula's parts.
+    pub(crate) fn estimated_bytes(&self) -> u64 {
+        // BTreeSet nodes hold up to 11 keys; at the usual two-thirds fill a key costs its size plus
+        // about half again for node overhead.
+        let set_key_bytes = (std::mem::size_of::<(i64, u32)>() as u64) * 3 / 2;
+        let set_keys = self.by_time.len() as u64
+            + self.by_type.iter().map(|set| set.len() as u64).sum::<u64>()
+            + self.by_scope.iter().map(|set| set.len() as u64).sum::<u64>();
+        // A hash map entry: key and value plus one control byte, at a load factor of 7/8.
+        let map_entry_bytes = (std::mem::size_of::<(Arc<str>, u32)>() as u64 + 1) * 8 / 7;
+        // Arc<str> heap: two counters and the bytes. Box<str>: the bytes (allocator rounding ignored).
+        let id_heap = self.id_string_bytes + 16 * self.ids.len() as u64;
+        let versions_vec = self
+            .ids
+            .iter()
+            .map(|entry| entry.versions.capacity() as u64 * 4)
+            .sum::<u64>();
+        std::mem::size_of::<VersionEntry>() as u64 * self.slots.capacity() as u64
+            + self.version_string_bytes
+            + std::mem::size_of::<IdEntry>() as u64 * self.ids.capacity() as u64
+            + versions_vec
+            + id_heap
+            + map_entry_bytes * self.by_name.len() as u64
+            + set_key_bytes * set_keys
+    }
+}
+
+impl<'a> From<&'a Scope> for ScopeView<'a> {
+    fn from(scope: &'a Scope) -> Self {
+        match scope {
+            Scope::Session(id) => ScopeView::Session(id),
+            Scope::GlobalReadonly => ScopeView::GlobalReadonly,
+            Scope::GlobalWritable => ScopeView::GlobalWritable,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn put<'a>(id: &'a str, version: &'a str, timestamp: i64) -> PutView<'a> {
+        PutView {
+            id,
+            kind: "message",
+            version,
+            scope: ScopeView::GlobalWritable,
+            source: "src",
+            timestamp,
+            ttl_seconds: None,
+            confidence: None,
+            hash: [0; 32],
+            content: b"null",
+        }
+    }
+
+    const HERE: Location = Location {
+        segment: 1,
+        offset: 32,
+        len: 10,
+    };
+
+    #[test]
+    fn versions_end_where_the_next_begins() {
+        let mut index = Index::default();
+        index.apply_put(1, &put("a", "1", 10), HERE);
+        index.apply_put(2, &put("a", "2", 5), HERE);
+        assert_eq!(index.visible("a", 1).map(|v| &*v.version.version), Some("1"));
+        assert_eq!(index.visible("a", 2).map(|v| &*v.version.version), Some("2"));
+        assert!(index.visible("a", 0).is_none());
+        assert_eq!(index.live_ids, 1);
+        assert!(index.apply_delete(3, "a"));
+        assert!(index.visible("a", 3).is_none());
+        assert_eq!(index.visible("a", 2).map(|v| &*v.version.version), Some("2"));
+        assert_eq!(index.current_history("a").count(), 0);
+        assert!(!index.apply_delete(4, "a"), "a second delete finds no history");
+        index.apply_put(5, &put("a", "1", 1), HERE);
+        assert_eq!(index.current_history("a").count(), 1);
+        assert_eq!(index.live_ids, 1);
+        assert_eq!(index.by_time.len(), 3);
+    }
+
+    #[test]
+    fn same_batch_versions_leave_only_the_last_visible() {
+        let mut index = Index::default();
+        index.apply_put(1, &put("a", "1", 10), HERE);
+        index.apply_put(1, &put("a", "2", 10), HERE);
+        assert_eq!(index.visible("a", 1).map(|v| &*v.version.version), Some("2"));
+        assert!(index.estimated_bytes() > 0);
+    }
+}

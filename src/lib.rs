@@ -1,0 +1,51 @@
+//! # ctxlog
+//!
+//! An embedded storage engine for the context that AI applications hand to their models: typed,
+//! scoped, versioned, hashed, expiring JSON records ([`ContextItem`]) in an append-only,
+//! CRC-framed log, with in-memory indexes on type, scope and time, session isolation, and MVCC
+//! snapshots whose resolves can be reproduced later.
+//!
+//! ```
+//! use ctxlog::{ContextItem, ContextQuery, Resolution, Scope, Store, TimeRange};
+//! use serde_json::json;
+//!
+//! # fn main() -> ctxlog::Result<()> {
+//! let dir = tempfile::tempdir().expect("temp dir");
+//! let store = Store::open(dir.path())?;
+//! store.add([ContextItem::new(
+//!     "ch3", "document_chunk", json!({"text": "Clause 3: ..."}), "contracts",
+//!     1_715_300_000, "1", Scope::GlobalReadonly,
+//! )])?;
+//! let items = store.get(
+//!     &ContextQuery::new()
+//!         .types(["document_chunk"])
+//!         .time_range(TimeRange::parse("2024-05-10T00:00:00Z", "2024-05-12T23:59:59Z")?),
+//! )?;
+//! assert_eq!(items.len(), 1);
+//! assert!(matches!(&store.resolve(&["ch3"])?[0], Resolution::Found(item) if item.id == "ch3"));
+//! # Ok(())
+//! # }
+//! ```
+#![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing))]
+#![warn(missing_docs)]
+
+mod clock;
+mod error;
+mod index;
+mod item;
+pub mod limits;
+mod log;
+mod query;
+mod recovery;
+mod snapshot;
+mod store;
+mod time;
+
+pub use crate::clock::{Clock, ManualClock, SystemClock};
+pub use crate::error::{Error, Result};
+pub use crate::item::{canonical_json, ContextItem, Scope, TypeSpec};
+pub use crate::query::{ContextQuery, IndexUsed, QueryStats};
+pub use crate::recovery::RecoveryStats;
+pub use crate::snapshot::{Resolution, Snapshot};
+pub use crate::store::{AddOutcome, Durability, Options, Problem, SessionView, Stats, Store, VerifyReport};
+pub use crate::time::{format_rfc3339, TimeRange};

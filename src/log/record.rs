@@ -1,0 +1,597 @@
+//! The frame and record codec: how one batch is laid out in a segment. docs/FORMAT.md is the
+//! normative description; the tables below repeat it beside the code.
+//!
+//! Frame (all integers little-endian):
+//!
+//! | offset | width | field                                              |
+//! |--------|-------|----------------------------------------------------|
+//! | 0      | 4     | `len`: payload bytes (u32)                         |
+//! | 4      | 4     | `crc`: CRC-32 (IEEE) of bytes 8..17+len            |
+//! | 8      | 1     | `kind`: 1 = batch                                  |
+//! | 9      | 8     | `seq`: sequence number of the batch (u64)          |
+//! | 17     | len   | payload: `count` u32, then `count` records         |
+//!
+//! Record:
+//!
+//! | offset | width | field                                   |
+//! |--------|-------|-----------------------------------------|
+//! | 0      | 1     | `tag`: 1 = put, 2 = delete, 3 = register type |
+//! | 1      | 4     | `body_len` (u32)                         |
+//! | 5      | 4     | `crc`: CRC-32 of the body                |
+//! | 9      | body_len | body                                 |
+
+use crate::error::{Error, Result};
+use crate::item::{ContextItem, Scope, TypeSpec};
+use crate::limits::FRAME_PAYLOAD_BYTES_MAX;
+
+/// Bytes of a frame header.
+pub(crate) const FRAME_HEADER_BYTES: usize = 4 + 4 + 1 + 8;
+/// Bytes of a record header.
+pub(crate) const RECORD_HEADER_BYTES: usize = 1 + 4 + 4;
+/// The frame kind of a batch.
+pub(crate) const FRAME_KIND_BATCH: u8 = 1;
+
+/// Record tags.
+pub(crate) const TAG_PUT: u8 = 1;
+pub(crate) const TAG_DELETE: u8 = 2;
+pub(crate) const TAG_REGISTER_TYPE: u8 = 3;
+
+const FLAG_TTL: u8 = 1;
+const FLAG_CONFIDENCE: u8 = 2;
+const SCOPE_SESSION: u8 = 0;
+const SCOPE_GLOBAL_READONLY: u8 = 1;
+const SCOPE_GLOBAL_WRITABLE: u8 = 2;
+
+/// Why bytes could not be decoded; the caller turns it into `Error::Corrupt` with file and offset.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct DecodeError(pub(crate) String);
+
+fn bad(reason: impl Into<String>) -> DecodeError {
+    DecodeError(reason.into())
+}
+
+/// A bounds-checked little-endian reader over a byte slice.
+pub(crate) struct Cursor<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Cursor<'a> {
+    pub(crate) fn new(bytes: &'a [u8]) -> Self {
+        Cursor { bytes, pos: 0 }
+    }
+
+    pub(crate) fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], DecodeError> {
+        let end = self
+            .pos
+            .checked_add(n)
+            .filter(|end| *end <= self.bytes.len())
+            .ok_or_else(|| bad(format!("{what} runs past the end ({n} bytes at {})", self.pos)))?;
+        let slice = self
+            .bytes
+            .get(self.pos..end)
+            .ok_or_else(|| bad(format!("{what} out of range")))?;
+        self.pos = end;
+        Ok(slice)
+    }
+
+    fn array<const N: usize>(&mut self, what: &str) -> Result<[u8; N], DecodeError> {
+        let slice = self.take(N, what)?;
+        let mut out = [0u8; N];
+        out.copy_from_slice(slice);
+        Ok(out)
+    }
+
+    pub(crate) fn u8(&mut self, what: &str) -> Result<u8, DecodeError> {
+        Ok(self.array::<1>(what)?[0])
+    }
+    pub(crate) fn u16(&mut self, what: &str) -> Result<u16, DecodeError> {
+        Ok(u16::from_le_bytes(self.array(what)?))
+    }
+    pub(crate) fn u32(&mut self, what: &str) -> Result<u32, DecodeError> {
+        Ok(u32::from_le_bytes(self.array(what)?))
+    }
+    pub(crate) fn u64(&mut self, what: &str) -> Result<u64, DecodeError> {
+        Ok(u64::from_le_bytes(self.array(what)?))
+    }
+    pub(crate) fn i64(&mut self, what: &str) -> Result<i64, DecodeError> {
+        Ok(i64::from_le_bytes(self.array(what)?))
+    }
+    fn str(&mut self, n: usize, what: &str) -> Result<&'a str, DecodeError> {
+        std::str::from_utf8(self.take(n, what)?).map_err(|_| bad(format!("{what} is not UTF-8")))
+    }
+    pub(crate) fn position(&self) -> usize {
+        self.pos
+    }
+    pub(crate) fn is_empty(&self) -> bool {
+        self.pos >= self.bytes.len()
+    }
+}
+
+/// A put record as it is encoded: borrowed parts of a validated item.
+pub(crate) struct PutRef<'a> {
+    pub(crate) id: &'a str,
+    pub(crate) kind: &'a str,
+    pub(crate) version: &'a str,
+    pub(crate) scope: &'a Scope,
+    pub(crate) source: &'a str,
+    pub(crate) timestamp: i64,
+    pub(crate) ttl_seconds: Option<u64>,
+    pub(crate) confidence: Option<f64>,
+    pub(crate) hash: &'a [u8; 32],
+    pub(crate) content: &'a [u8],
+}
+
+/// A put record decoded from bytes, borrowing them.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct PutView<'a> {
+    pub(crate) id: &'a str,
+    pub(crate) kind: &'a str,
+    pub(crate) version: &'a str,
+    pub(crate) scope: ScopeView<'a>,
+    pub(crate) source: &'a str,
+    pub(crate) timestamp: i64,
+    pub(crate) ttl_seconds: Option<u64>,
+    pub(crate) confidence: Option<f64>,
+    pub(crate) hash: [u8; 32],
+    pub(crate) content: &'a [u8],
+}
+
+/// A scope decoded without allocating.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ScopeView<'a> {
+    Session(&'a str),
+    GlobalReadonly,
+    GlobalWritable,
+}
+
+impl ScopeView<'_> {
+    pub(crate) fn to_scope(self) -> Scope {
+        match self {
+            ScopeView::Session(id) => Scope::Session(id.to_owned()),
+            ScopeView::GlobalReadonly => Scope::GlobalReadonly,
+            ScopeView::GlobalWritable => Scope::GlobalWritable,
+        }
+    }
+}
+
+impl PutView<'_> {
+    /// The item this record stores, with its content parsed from the canonical JSON.
+    pub(crate) fn to_item(&self) -> Result<ContextItem, DecodeError> {
+        let content: serde_json::Value =
+            serde_json::from_slice(self.content).map_err(|e| bad(format!("stored content is not JSON: {e}")))?;
+        Ok(ContextItem {
+            id: self.id.to_owned(),
+            kind: self.kind.to_owned(),
+            content,
+            source: self.source.to_owned(),
+            timestamp: self.timestamp,
+            version: self.version.to_owned(),
+            hash: Some(crate::item::format_hash(&self.hash)),
+            scope: self.scope.to_scope(),
+            ttl_seconds: self.ttl_seconds,
+            confidence: self.confidence,
+        })
+    }
+
+    /// When the item expires: `timestamp + ttl_seconds`, saturating.
+    pub(crate) fn expires_at(&self) -> Option<i64> {
+        self.ttl_seconds
+            .map(|ttl| self.timestamp.saturating_add(i64::try_from(ttl).unwrap_or(i64::MAX)))
+    }
+}
+
+/// One decoded record of a batch.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum RecordView<'a> {
+    Put(PutView<'a>),
+    Delete { id: &'a str },
+    RegisterType { name: &'a str, pattern: Option<&'a str> },
+}
+
+/// Bytes a string of at most `max` bytes takes after its length prefix; the caller validated lengths.
+fn put_len_prefixed_u8(out: &mut Vec<u8>, s: &str) {
+    debug_assert!(s.len() <= usize::from(u8::MAX));
+    out.push(u8::try_from(s.len()).unwrap_or(u8::MAX));
+    out.extend_from_slice(s.as_bytes());
+}
+
+fn put_len_prefixed_u16(out: &mut Vec<u8>, s: &str) {
+    debug_assert!(s.len() <= usize::from(u16::MAX));
+    out.extend_from_slice(&u16::try_from(s.len()).unwrap_or(u16::MAX).to_le_bytes());
+    out.extend_from_slice(s.as_bytes());
+}
+
+/// Writes a record header and body to `out`, returning the record's offset in `out`.
+fn push_record(out: &mut Vec<u8>, tag: u8, body: impl FnOnce(&mut Vec<u8>)) -> usize {
+    let start = out.len();
+    out.push(tag);
+    out.extend_from_slice(&[0u8; 8]);
+    let body_start = out.len();
+    body(out);
+    let body_len = out.len() - body_start;
+    let crc = crc32fast::hash(out.get(body_start..).unwrap_or_default());
+    let len_bytes = u32::try_from(body_len).unwrap_or(u32::MAX).to_le_bytes();
+    if let Some(slot) = out.get_mut(start + 1..start + 5) {
+        slot.copy_from_slice(&len_bytes);
+    }
+    if let Some(slot) = out.get_mut(start + 5..start + 9) {
+        slot.copy_from_slice(&crc.to_le_bytes());
+    }
+    start
+}
+
+/// Builds the payload of one batch frame, record by record.
+pub(crate) struct BatchEncoder {
+    buf: Vec<u8>,
+    count: u32,
+}
+
+impl BatchEncoder {
+    /// Starts a frame: the header is filled in by [`BatchEncoder::finish`].
+    pub(crate) fn new() -> Self {
+        let mut buf = Vec::with_capacity(256);
+        buf.extend_from_slice(&[0u8; FRAME_HEADER_BYTES + 4]);
+        BatchEncoder { buf, count: 0 }
+    }
+
+    /// Bytes encoded so far, header included.
+    pub(crate) fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Appends a put record; returns its offset from the frame start.
+    pub(crate) fn put(&mut self, put: &PutRef<'_>) -> usize {
+        self.count += 1;
+        push_record(&mut self.buf, TAG_PUT, |out| {
+            let mut flags = 0u8;
+            if put.ttl_seconds.is_some() {
+                flags |= FLAG_TTL;
+            }
+            if put.confidence.is_some() {
+                flags |= FLAG_CONFIDENCE;
+            }
+            out.push(flags);
+            let (scope_tag, session) = match put.scope {
+                Scope::Session(id) => (SCOPE_SESSION, id.as_str()),
+                Scope::GlobalReadonly => (SCOPE_GLOBAL_READONLY, ""),
+                Scope::GlobalWritable => (SCOPE_GLOBAL_WRITABLE, ""),
+            };
+            out.push(scope_tag);
+            out.extend_from_slice(&put.timestamp.to_le_bytes());
+            out.extend_from_slice(&put.ttl_seconds.unwrap_or(0).to_le_bytes());
+            out.extend_from_slice(&put.confidence.unwrap_or(0.0).to_bits().to_le_bytes());
+            out.extend_from_slice(put.hash);
+            put_len_prefixed_u8(out, put.id);
+            put_len_prefixed_u8(out, put.kind);
+            put_len_prefixed_u8(out, put.version);
+            put_len_prefixed_u8(out, session);
+            put_len_prefixed_u16(out, put.source);
+            out.extend_from_slice(&u32::try_from(put.content.len()).unwrap_or(u32::MAX).to_le_bytes());
+            out.extend_from_slice(put.content);
+        })
+    }
+
+    /// Appends a tombstone for `id`.
+    pub(crate) fn delete(&mut self, id: &str) -> usize {
+        self.count += 1;
+        push_record(&mut self.buf, TAG_DELETE, |out| put_len_prefixed_u8(out, id))
+    }
+
+    /// Appends a type registration.
+    pub(crate) fn register_type(&mut self, spec: &TypeSpec) -> usize {
+        self.count += 1;
+        push_record(&mut self.buf, TAG_REGISTER_TYPE, |out| {
+            put_len_prefixed_u8(out, spec.name());
+            match spec.pattern() {
+                Some(pattern) => {
+                    out.push(1);
+                    put_len_prefixed_u16(out, pattern);
+                }
+                None => out.push(0),
+            }
+        })
+    }
+
+    /// Whether no record was added.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Fills in the header for sequence number `seq` and returns the whole frame.
+    ///
+    /// # Errors
+    /// `TooLarge` when the payload is over [`FRAME_PAYLOAD_BYTES_MAX`].
+    pub(crate) fn finish(mut self, seq: u64) -> Result<Vec<u8>> {
+        let payload_len = self.buf.len() - FRAME_HEADER_BYTES;
+        if payload_len > FRAME_PAYLOAD_BYTES_MAX {
+            return Err(Error::TooLarge {
+                what: "batch".into(),
+                len: payload_len as u64,
+                max: FRAME_PAYLOAD_BYTES_MAX as u64,
+                index: None,
+            });
+        }
+        let len = u32::try_from(payload_len).unwrap_or(u32::MAX);
+        let count = self.count.to_le_bytes();
+        let header = {
+            let mut h = [0u8; FRAME_HEADER_BYTES];
+            h[0..4].copy_from_slice(&len.to_le_bytes());
+            h[8] = FRAME_KIND_BATCH;
+            h[9..17].copy_from_slice(&seq.to_le_bytes());
+            h
+        };
+        if let Some(slot) = self.buf.get_mut(0..FRAME_HEADER_BYTES) {
+            slot.copy_from_slice(&header);
+        }
+        if let Some(slot) = self.buf.get_mut(FRAME_HEADER_BYTES..FRAME_HEADER_BYTES + 4) {
+            slot.copy_from_slice(&count);
+        }
+        let crc = crc32fast::hash(self.buf.get(8..).unwrap_or_default());
+        if let Some(slot) = self.buf.get_mut(4..8) {
+            slot.copy_from_slice(&crc.to_le_bytes());
+        }
+        Ok(self.buf)
+    }
+}
+
+/// A frame header as read from disk, before its CRC is checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FrameHeader {
+    pub(crate) len: u32,
+    pub(crate) crc: u32,
+    pub(crate) kind: u8,
+    pub(crate) seq: u64,
+}
+
+/// How a frame at some offset failed to read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum FrameError {
+    /// The bytes end before the frame does: the header or the payload is cut short.
+    Short,
+    /// The frame is whole but wrong: bad CRC, unknown kind, oversized length.
+    Bad(String),
+}
+
+/// Reads the frame that starts at the beginning of `bytes`: its header and payload, CRC checked.
+pub(crate) fn read_frame(bytes: &[u8]) -> Result<(FrameHeader, &[u8]), FrameError> {
+    let mut cursor = Cursor::new(bytes);
+    let (Ok(len), Ok(crc), Ok(kind), Ok(seq)) = (cursor.u32(""), cursor.u32(""), cursor.u8(""), cursor.u64("")) else {
+        return Err(FrameError::Short);
+    };
+    let header = FrameHeader { len, crc, kind, seq };
+    let len_usize = usize::try_from(len).unwrap_or(usize::MAX);
+    if len_usize > FRAME_PAYLOAD_BYTES_MAX {
+        return Err(FrameError::Bad(format!(
+            "frame length {len} is over the limit {FRAME_PAYLOAD_BYTES_MAX}"
+        )));
+    }
+    let Some(payload) = bytes.get(FRAME_HEADER_BYTES..FRAME_HEADER_BYTES + len_usize) else {
+        return Err(FrameError::Short);
+    };
+    let covered = bytes.get(8..FRAME_HEADER_BYTES + len_usize).unwrap_or_default();
+    let actual = crc32fast::hash(covered);
+    if actual != crc {
+        return Err(FrameError::Bad(format!(
+            "frame CRC mismatch: stored {crc:#010x}, computed {actual:#010x}"
+        )));
+    }
+    if kind != FRAME_KIND_BATCH {
+        return Err(FrameError::Bad(format!("unknown frame kind {kind}")));
+    }
+    Ok((header, payload))
+}
+
+/// Decodes the records of a batch payload, with each record's offset from the payload start.
+pub(crate) fn decode_batch(payload: &[u8]) -> Result<Vec<(usize, usize, RecordView<'_>)>, DecodeError> {
+    let mut cursor = Cursor::new(payload);
+    let count = cursor.u32("record count")?;
+    // Each record takes at least a header: never trust the count for an allocation.
+    let max_records = payload.len() / RECORD_HEADER_BYTES;
+    if usize::try_from(count).unwrap_or(usize::MAX) > max_records {
+        return Err(bad(format!(
+            "record count {count} cannot fit in {} bytes",
+            payload.len()
+        )));
+    }
+    let mut records = Vec::with_capacity(usize::try_from(count).unwrap_or(0));
+    for _ in 0..count {
+        let start = cursor.position();
+        let tag = cursor.u8("record tag")?;
+        let body_len = usize::try_from(cursor.u32("record length")?).unwrap_or(usize::MAX);
+        let crc = cursor.u32("record crc")?;
+        let body = cursor.take(body_len, "record body")?;
+        if crc32fast::hash(body) != crc {
+            return Err(bad("record CRC mismatch"));
+        }
+        let record = decode_body(tag, body)?;
+        records.push((start, cursor.position() - start, record));
+    }
+    if !cursor.is_empty() {
+        return Err(bad("bytes after the last record of a batch"));
+    }
+    Ok(records)
+}
+
+/// Decodes one record (header and body) stored at a known location, checking its CRC.
+pub(crate) fn decode_record(bytes: &[u8]) -> Result<RecordView<'_>, DecodeError> {
+    let mut cursor = Cursor::new(bytes);
+    let tag = cursor.u8("record tag")?;
+    let body_len = usize::try_from(cursor.u32("record length")?).unwrap_or(usize::MAX);
+    let crc = cursor.u32("record crc")?;
+    let body = cursor.take(body_len, "record body")?;
+    if crc32fast::hash(body) != crc {
+        return Err(bad("record CRC mismatch"));
+    }
+    if !cursor.is_empty() {
+        return Err(bad("record length does not match its location"));
+    }
+    decode_body(tag, body)
+}
+
+fn decode_body(tag: u8, body: &[u8]) -> Result<RecordView<'_>, DecodeError> {
+    let mut c = Cursor::new(body);
+    let record = match tag {
+        TAG_PUT => {
+            let flags = c.u8("flags")?;
+            if flags & !(FLAG_TTL | FLAG_CONFIDENCE) != 0 {
+                return Err(bad(format!("unknown put flags {flags:#04x}")));
+            }
+            let scope_tag = c.u8("scope")?;
+            let timestamp = c.i64("timestamp")?;
+            let ttl = c.u64("ttl_seconds")?;
+            let confidence = f64::from_bits(c.u64("confidence")?);
+            let hash = c.array::<32>("hash")?;
+            let id_len = usize::from(c.u8("id length")?);
+            let id = c.str(id_len, "id")?;
+            let kind_len = usize::from(c.u8("type length")?);
+            let kind = c.str(kind_len, "type")?;
+            let version_len = usize::from(c.u8("version length")?);
+            let version = c.str(version_len, "version")?;
+            let session_len = usize::from(c.u8("session length")?);
+            let session = c.str(session_len, "session_id")?;
+            let source_len = usize::from(c.u16("source length")?);
+            let source = c.str(source_len, "source")?;
+            let content_len = usize::try_from(c.u32("content length")?).unwrap_or(usize::MAX);
+            let content = c.take(content_len, "content")?;
+            let scope = match scope_tag {
+                SCOPE_SESSION => ScopeView::Session(session),
+                SCOPE_GLOBAL_READONLY => ScopeView::GlobalReadonly,
+                SCOPE_GLOBAL_WRITABLE => ScopeView::GlobalWritable,
+                other => return Err(bad(format!("unknown scope tag {other}"))),
+            };
+            if scope_tag != SCOPE_SESSION && !session.is_empty() {
+                return Err(bad("session id stored on a global scope"));
+            }
+            RecordView::Put(PutView {
+                id,
+                kind,
+                version,
+                scope,
+                source,
+                timestamp,
+                ttl_seconds: (flags & FLAG_TTL != 0).then_some(ttl),
+                confidence: (flags & FLAG_CONFIDENCE != 0).then_some(confidence),
+                hash,
+                content,
+            })
+        }
+        TAG_DELETE => {
+            let id_len = usize::from(c.u8("id length")?);
+            RecordView::Delete {
+                id: c.str(id_len, "id")?,
+            }
+        }
+        TAG_REGISTER_TYPE => {
+            let name_len = usize::from(c.u8("type length")?);
+            let name = c.str(name_len, "type")?;
+            let pattern = match c.u8("pattern flag")? {
+                0 => None,
+                1 => {
+                    let len = usize::from(c.u16("pattern length")?);
+                    Some(c.str(len, "id_pattern")?)
+                }
+                other => return Err(bad(format!("unknown pattern flag {other}"))),
+            };
+            RecordView::RegisterType { name, pattern }
+        }
+        other => return Err(bad(format!("unknown record tag {other}"))),
+    };
+    if !c.is_empty() {
+        return Err(bad("bytes after the end of a record body"));
+    }
+    Ok(record)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample_put<'a>(scope: &'a Scope, hash: &'a [u8; 32]) -> PutRef<'a> {
+        PutRef {
+            id: "ch3",
+            kind: "document_chunk",
+            version: "1",
+            scope,
+            source: "crm",
+            timestamp: 1_700_000_000,
+            ttl_seconds: Some(60),
+            confidence: Some(0.5),
+            hash,
+            content: br#"{"a":1}"#,
+        }
+    }
+
+    #[test]
+    fn batch_roundtrips() {
+        let scope = Scope::Session("s1".into());
+        let hash = [7u8; 32];
+        let mut enc = BatchEncoder::new();
+        let put_at = enc.put(&sample_put(&scope, &hash));
+        let del_at = enc.delete("old");
+        let spec = TypeSpec::new("legal_clause").id_pattern("^cl_");
+        enc.register_type(&spec);
+        let frame = enc.finish(42).unwrap();
+        let (header, payload) = read_frame(&frame).unwrap();
+        assert_eq!(header.seq, 42);
+        assert_eq!(header.len as usize, frame.len() - FRAME_HEADER_BYTES);
+        let records = decode_batch(payload).unwrap();
+        assert_eq!(records.len(), 3);
+        assert_eq!(records[0].0 + FRAME_HEADER_BYTES, put_at);
+        assert_eq!(records[1].0 + FRAME_HEADER_BYTES, del_at);
+        match &records[0].2 {
+            RecordView::Put(p) => {
+                assert_eq!(p.id, "ch3");
+                assert_eq!(p.scope, ScopeView::Session("s1"));
+                assert_eq!(p.ttl_seconds, Some(60));
+                assert_eq!(p.confidence, Some(0.5));
+                assert_eq!(p.content, br#"{"a":1}"#);
+                assert_eq!(p.expires_at(), Some(1_700_000_060));
+            }
+            other => panic!("expected a put, got {other:?}"),
+        }
+        assert_eq!(records[1].2, RecordView::Delete { id: "old" });
+        assert_eq!(
+            records[2].2,
+            RecordView::RegisterType {
+                name: "legal_clause",
+                pattern: Some("^cl_")
+            }
+        );
+        // The record at its location decodes alone too.
+        let (start, len, _) = records[0];
+        let at = FRAME_HEADER_BYTES + start;
+        assert!(matches!(decode_record(&frame[at..at + len]), Ok(RecordView::Put(_))));
+    }
+
+    #[test]
+    fn every_flipped_bit_of_a_frame_is_refused() {
+        let scope = Scope::GlobalReadonly;
+        let hash = [1u8; 32];
+        let mut enc = BatchEncoder::new();
+        enc.put(&sample_put(&scope, &hash));
+        let frame = enc.finish(1).unwrap();
+        for bit in 0..frame.len() * 8 {
+            let mut damaged = frame.clone();
+            damaged[bit / 8] ^= 1 << (bit % 8);
+            assert!(read_frame(&damaged).is_err(), "flip of bit {bit} went unnoticed");
+        }
+    }
+
+    #[test]
+    fn short_frames_are_short() {
+        let mut enc = BatchEncoder::new();
+        enc.delete("x");
+        let frame = enc.finish(9).unwrap();
+        for cut in 0..frame.len() {
+            assert_eq!(read_frame(&frame[..cut]), Err(FrameError::Short), "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn absurd_counts_do_not_allocate() {
+        let mut payload = u32::MAX.to_le_bytes().to_vec();
+        payload.extend_from_slice(&[0; 16]);
+        assert!(decode_batch(&payload).is_err());
+    }
+}

@@ -1,0 +1,565 @@
+//! The single writer thread and group commit.
+//!
+//! Writers hand whole batches to this thread over a channel. It takes everything that is waiting,
+//! checks each batch against the index plus the batches before it in the same group, encodes one frame
+//! per batch, appends them, fsyncs once (under `Durability::Immediate`), publishes them to the index
+//! in sequence order, and only then answers every waiting writer. A failed write or fsync poisons the
+//! store: every later write is refused and the fsync is never retried on this handle.
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+
+use crate::error::{Error, Result};
+use crate::index::Location;
+use crate::item::{format_hash, TypeRegistry, TypeSpec, ValidItem};
+use crate::log::record::{BatchEncoder, PutRef, PutView, ScopeView};
+use crate::log::segment::{segment_file_name, Segment, SegmentHeader, SEGMENT_HEADER_BYTES};
+use crate::store::{Durability, Shared};
+
+/// Bytes of waiting batches one group takes at most before it is written.
+const GROUP_BYTES_MAX: usize = 64 << 20;
+
+/// One operation of a batch.
+#[allow(
+    clippy::large_enum_variant,
+    reason = "nearly every operation is a put; boxing would cost an allocation per item"
+)]
+pub(crate) enum Op {
+    Put(ValidItem),
+    Delete(String),
+    RegisterType(TypeSpec),
+}
+
+/// What one operation did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum OpOutcome {
+    Added { seq: u64 },
+    Unchanged,
+    Deleted(bool),
+    Registered(bool),
+}
+
+/// What the writer thread is asked to do.
+pub(crate) enum Command {
+    Write {
+        ops: Vec<Op>,
+        reply: Sender<Result<Vec<OpOutcome>>>,
+    },
+    Flush {
+        reply: Sender<Result<()>>,
+    },
+}
+
+/// The segment being appended to.
+pub(crate) struct ActiveSegment {
+    pub(crate) file: File,
+    pub(crate) number: u32,
+    pub(crate) len: u64,
+    pub(crate) segment: Arc<Segment>,
+}
+
+/// What the batches earlier in a group changed, for checking the later ones.
+#[derive(Default, Clone)]
+struct Overlay {
+    ids: HashMap<String, PendingId>,
+    types: HashMap<String, Option<String>>,
+}
+
+#[derive(Default, Clone)]
+struct PendingId {
+    /// Deleted in this group: the index's history of the id no longer counts.
+    reset: bool,
+    versions: Vec<(String, [u8; 32])>,
+}
+
+impl Overlay {
+    fn merge(&mut self, batch: Overlay) {
+        for (id, pending) in batch.ids {
+            let entry = self.ids.entry(id).or_default();
+            if pending.reset {
+                *entry = pending;
+            } else {
+                entry.versions.extend(pending.versions);
+            }
+        }
+        self.types.extend(batch.types);
+    }
+}
+
+/// A batch's frame (sequence number still to fill in) and its records' (offset, length) in it.
+type EncodedBatch = (Vec<u8>, Vec<(usize, usize)>);
+
+/// A batch that passed its checks and waits to be written.
+struct Staged {
+    ops: Vec<Op>,
+    outcomes: Vec<OpOutcome>,
+    frame: Option<EncodedBatch>,
+    reply: Sender<Result<Vec<OpOutcome>>>,
+    seq: u64,
+    location: Option<(u32, u64)>,
+}
+
+pub(crate) struct Writer {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) dir: PathBuf,
+    pub(crate) active: ActiveSegment,
+    pub(crate) next_seq: u64,
+    pub(crate) durability: Durability,
+    pub(crate) segment_size: u64,
+    pub(crate) poisoned: Option<String>,
+    pub(crate) dirty: bool,
+    pub(crate) last_sync: Instant,
+    pub(crate) buffer: Vec<u8>,
+}
+
+impl Writer {
+    /// Serves commands until every sender is gone, then syncs and returns.
+    pub(crate) fn run(mut self, commands: &Receiver<Command>) {
+        loop {
+            let first = match (self.durability, self.dirty) {
+                (Durability::Periodic(period), true) => {
+                    let wait = period.saturating_sub(self.last_sync.elapsed());
+                    match commands.recv_timeout(wait) {
+                        Ok(command) => Some(command),
+                        Err(RecvTimeoutError::Timeout) => None,
+                        Err(RecvTimeoutError::Disconnected) => break,
+                    }
+                }
+                _ => match commands.recv() {
+                    Ok(command) => Some(command),
+                    Err(_) => break,
+                },
+            };
+            let Some(first) = first else {
+                let _ = self.sync();
+                continue;
+            };
+            let mut group = vec![first];
+            let mut bytes = 0usize;
+            while bytes < GROUP_BYTES_MAX {
+                match commands.try_recv() {
+                    Ok(command) => {
+                        if let Command::Write { ops, .. } = &command {
+                            bytes += ops.iter().map(op_bytes).sum::<usize>();
+                        }
+                        group.push(command);
+                    }
+                    Err(_) => break,
+                }
+            }
+            self.process(group);
+        }
+        if self.poisoned.is_none() {
+            if let Err(e) = self.sync() {
+                tracing::error!("final sync of the store failed: {e}");
+            }
+        }
+    }
+
+    fn sync(&mut self) -> Result<()> {
+        if let Some(reason) = &self.poisoned {
+            return Err(Error::Poisoned { reason: reason.clone() });
+        }
+        let result = self.write_buffer().and_then(|()| {
+            if self.dirty {
+                self.active
+                    .file
+                    .sync_data()
+                    .map_err(|e| Error::io(format!("syncing segment {}", self.active.number), e))?;
+                self.dirty = false;
+            }
+            Ok(())
+        });
+        self.last_sync = Instant::now();
+        if let Err(e) = &result {
+            self.poisoned = Some(e.to_string());
+        }
+        result
+    }
+
+    fn write_buffer(&mut self) -> Result<()> {
+        if self.buffer.is_empty() {
+            return Ok(());
+        }
+        let result = self
+            .active
+            .file
+            .write_all(&self.buffer)
+            .map_err(|e| Error::io(format!("appending to segment {}", self.active.number), e));
+        self.buffer.clear();
+        self.dirty = true;
+        result
+    }
+
+    fn process(&mut self, group: Vec<Command>) {
+        let mut staged = Vec::new();
+        let mut flushes = Vec::new();
+        {
+            let index = self.shared.read_index();
+            let registry = self.shared.registry();
+            let mut overlay = Overlay::default();
+            for command in group {
+                match command {
+                    Command::Flush { reply } => flushes.push(reply),
+                    Command::Write { ops, reply } => {
+                        if let Some(reason) = &self.poisoned {
+                            let _ = reply.send(Err(Error::Poisoned { reason: reason.clone() }));
+                            continue;
+                        }
+                        match plan(&index, &registry, &overlay, &ops) {
+                            Ok((outcomes, batch_overlay, encoder)) => {
+                                overlay.merge(batch_overlay);
+                                staged.push(Staged {
+                                    ops,
+                                    outcomes,
+                                    frame: encoder,
+                                    reply,
+                                    seq: 0,
+                                    location: None,
+                                });
+                            }
+                            Err(e) => {
+                                let _ = reply.send(Err(e));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let written = self.write_staged(&mut staged);
+        let synced = written.and_then(|()| {
+            let must_sync = !flushes.is_empty()
+                || match self.durability {
+                    Durability::Immediate => true,
+                    Durability::Periodic(period) => self.last_sync.elapsed() >= period,
+                    Durability::Never => false,
+                };
+            if must_sync {
+                self.sync()
+            } else {
+                self.write_buffer()
+            }
+        });
+        if let Err(e) = synced {
+            let reason = e.to_string();
+            self.poisoned = Some(reason.clone());
+            tracing::error!("store poisoned: {reason}");
+            for batch in staged {
+                let _ = batch.reply.send(Err(Error::Poisoned { reason: reason.clone() }));
+            }
+            for reply in flushes {
+                let _ = reply.send(Err(Error::Poisoned { reason: reason.clone() }));
+            }
+            return;
+        }
+        self.publish(&staged);
+        for batch in staged {
+            let _ = batch.reply.send(Ok(batch.outcomes));
+        }
+        for reply in flushes {
+            let _ = reply.send(Ok(()));
+        }
+    }
+
+    /// Assigns sequence numbers and appends every staged frame, starting new segments as needed.
+    fn write_staged(&mut self, staged: &mut [Staged]) -> Result<()> {
+        for batch in staged.iter_mut() {
+            let Some((frame, _)) = &mut batch.frame else {
+                continue;
+            };
+            let seq = self.next_seq;
+            finish_frame(frame, seq);
+            let frame_len = frame.len() as u64;
+            let pending = self.active.len + self.buffer.len() as u64;
+            if pending > SEGMENT_HEADER_BYTES as u64 && pending + frame_len > self.segment_size {
+                self.rotate()?;
+            }
+            let offset = self.active.len + self.buffer.len() as u64;
+            self.buffer.extend_from_slice(frame);
+            batch.seq = seq;
+            batch.location = Some((self.active.number, offset));
+            self.next_seq += 1;
+            for (outcome, op) in batch.outcomes.iter_mut().zip(&batch.ops) {
+                if matches!(op, Op::Put(_)) && *outcome == (OpOutcome::Added { seq: 0 }) {
+                    *outcome = OpOutcome::Added { seq };
+                }
+            }
+            if self.buffer.len() >= GROUP_BYTES_MAX {
+                let written = self.buffer.len() as u64;
+                self.write_buffer()?;
+                self.active.len += written;
+            }
+        }
+        let written = self.buffer.len() as u64;
+        self.write_buffer()?;
+        self.active.len += written;
+        Ok(())
+    }
+
+    /// Seals the active segment (synced and mapped for readers) and starts the next one.
+    fn rotate(&mut self) -> Result<()> {
+        let written = self.buffer.len() as u64;
+        self.write_buffer()?;
+        self.active.len += written;
+        self.active
+            .file
+            .sync_data()
+            .map_err(|e| Error::io(format!("syncing segment {} before sealing it", self.active.number), e))?;
+        self.dirty = false;
+        let number = self.active.number;
+        let path = self.dir.join(segment_file_name(number));
+        let sealed = Arc::new(Segment::open(&path, true, self.active.len)?);
+        let next = create_segment(&self.dir, number + 1, self.next_seq)?;
+        let mut index = self.shared.write_index();
+        index.segments.insert(number, sealed);
+        index.segments.insert(next.number, Arc::clone(&next.segment));
+        drop(index);
+        self.active = next;
+        Ok(())
+    }
+
+    /// Makes the written batches visible, in sequence order.
+    fn publish(&self, staged: &[Staged]) {
+        let mut index = self.shared.write_index();
+        let mut registry_changed = false;
+        let mut registry = (*self.shared.registry()).clone();
+        for batch in staged {
+            let (Some((frame, records)), Some((segment, frame_offset))) = (&batch.frame, batch.location) else {
+                continue;
+            };
+            let _ = frame;
+            let mut records = records.iter();
+            for op in &batch.ops {
+                match op {
+                    Op::Put(valid) => {
+                        let Some((start, len)) = records.next() else {
+                            continue;
+                        };
+                        let item = &valid.item;
+                        let put = PutView {
+                            id: &item.id,
+                            kind: &item.kind,
+                            version: &item.version,
+                            scope: ScopeView::from(&item.scope),
+                            source: &item.source,
+                            timestamp: item.timestamp,
+                            ttl_seconds: item.ttl_seconds,
+                            confidence: item.confidence,
+                            hash: valid.hash,
+                            content: &valid.canonical,
+                        };
+                        let location = Location {
+                            segment,
+                            offset: u32::try_from(frame_offset + *start as u64).unwrap_or(u32::MAX),
+                            len: u32::try_from(*len).unwrap_or(u32::MAX),
+                        };
+                        index.apply_put(batch.seq, &put, location);
+                    }
+                    Op::Delete(id) => {
+                        if records.next().is_some() {
+                            index.apply_delete(batch.seq, id);
+                        }
+                    }
+                    Op::RegisterType(spec) => {
+                        if records.next().is_some() && registry.insert(spec.clone()).is_ok() {
+                            registry_changed = true;
+                        }
+                    }
+                }
+            }
+            index.seq = batch.seq;
+        }
+        let active_len = self.active.len;
+        self.active.segment.set_published_len(active_len);
+        if registry_changed {
+            index.registry = registry.clone();
+            self.shared.set_registry(registry);
+        }
+    }
+}
+
+fn op_bytes(op: &Op) -> usize {
+    match op {
+        Op::Put(valid) => valid.canonical.len() + 128,
+        Op::Delete(id) => id.len() + 16,
+        Op::RegisterType(spec) => spec.name().len() + spec.pattern().map_or(0, str::len) + 16,
+    }
+}
+
+/// Fills in the sequence number of an encoded frame and its CRC.
+fn finish_frame(frame: &mut [u8], seq: u64) {
+    if let Some(slot) = frame.get_mut(9..17) {
+        slot.copy_from_slice(&seq.to_le_bytes());
+    }
+    let crc = crc32fast::hash(frame.get(8..).unwrap_or_default());
+    if let Some(slot) = frame.get_mut(4..8) {
+        slot.copy_from_slice(&crc.to_le_bytes());
+    }
+}
+
+type Plan = (Vec<OpOutcome>, Overlay, Option<EncodedBatch>);
+
+/// Checks one batch against the index and the earlier batches of its group, and encodes what it
+/// writes. Nothing is changed if any operation is refused.
+fn plan(index: &crate::index::Index, registry: &TypeRegistry, group: &Overlay, ops: &[Op]) -> Result<Plan> {
+    let mut batch = Overlay::default();
+    let mut outcomes = Vec::with_capacity(ops.len());
+    let mut encoder = BatchEncoder::new();
+    let mut records = Vec::new();
+    for (position, op) in ops.iter().enumerate() {
+        match op {
+            Op::Put(valid) => {
+                let item = &valid.item;
+                match existing_hash(index, group, &batch, &item.id, &item.version) {
+                    Some(existing) if existing == valid.hash => {
+                        outcomes.push(OpOutcome::Unchanged);
+                        continue;
+                    }
+                    Some(existing) => {
+                        return Err(Error::VersionConflict {
+                            id: item.id.clone(),
+                            version: item.version.clone(),
+                            existing: format_hash(&existing),
+                            attempted: format_hash(&valid.hash),
+                            index: Some(position),
+                        });
+                    }
+                    None => {}
+                }
+                batch
+                    .ids
+                    .entry(item.id.clone())
+                    .or_default()
+                    .versions
+                    .push((item.version.clone(), valid.hash));
+                let start = encoder.put(&PutRef {
+                    id: &item.id,
+                    kind: &item.kind,
+                    version: &item.version,
+                    scope: &item.scope,
+                    source: &item.source,
+                    timestamp: item.timestamp,
+                    ttl_seconds: item.ttl_seconds,
+                    confidence: item.confidence,
+                    hash: &valid.hash,
+                    content: &valid.canonical,
+                });
+                records.push((start, encoder.len() - start));
+                outcomes.push(OpOutcome::Added { seq: 0 });
+            }
+            Op::Delete(id) => {
+                let existed = has_history(index, group, &batch, id);
+                let pending = batch.ids.entry(id.clone()).or_default();
+                pending.reset = true;
+                pending.versions.clear();
+                if existed {
+                    let start = encoder.delete(id);
+                    records.push((start, encoder.len() - start));
+                }
+                outcomes.push(OpOutcome::Deleted(existed));
+            }
+            Op::RegisterType(spec) => {
+                let pending = batch.types.get(spec.name()).or_else(|| group.types.get(spec.name()));
+                let is_new = match pending {
+                    Some(pattern) if pattern.as_deref() == spec.pattern() => false,
+                    Some(_) => {
+                        return Err(Error::invalid(
+                            "type",
+                            format!("{:?} is being registered with another id pattern", spec.name()),
+                        ))
+                    }
+                    None => registry.check_register(spec)?,
+                };
+                if is_new {
+                    batch
+                        .types
+                        .insert(spec.name().to_owned(), spec.pattern().map(str::to_owned));
+                    let start = encoder.register_type(spec);
+                    records.push((start, encoder.len() - start));
+                }
+                outcomes.push(OpOutcome::Registered(is_new));
+            }
+        }
+    }
+    if encoder.is_empty() {
+        return Ok((outcomes, batch, None));
+    }
+    // The sequence number is filled in when the frame is written; finishing here checks the size.
+    let frame = encoder.finish(0)?;
+    Ok((outcomes, batch, Some((frame, records))))
+}
+
+fn existing_hash(
+    index: &crate::index::Index,
+    group: &Overlay,
+    batch: &Overlay,
+    id: &str,
+    version: &str,
+) -> Option<[u8; 32]> {
+    for overlay in [batch, group] {
+        if let Some(pending) = overlay.ids.get(id) {
+            if let Some((_, hash)) = pending.versions.iter().find(|(v, _)| v == version) {
+                return Some(*hash);
+            }
+            if pending.reset {
+                return None;
+            }
+        }
+    }
+    index
+        .current_history(id)
+        .find(|entry| &*entry.version == version)
+        .map(|entry| entry.hash)
+}
+
+fn has_history(index: &crate::index::Index, group: &Overlay, batch: &Overlay, id: &str) -> bool {
+    for overlay in [batch, group] {
+        if let Some(pending) = overlay.ids.get(id) {
+            if !pending.versions.is_empty() {
+                return true;
+            }
+            if pending.reset {
+                return false;
+            }
+        }
+    }
+    index.current_history(id).next().is_some()
+}
+
+/// Creates segment `number` whose first frame will carry `base_seq`: header written and synced, and
+/// the directory synced so that the file survives a crash.
+pub(crate) fn create_segment(dir: &std::path::Path, number: u32, base_seq: u64) -> Result<ActiveSegment> {
+    let path = dir.join(segment_file_name(number));
+    let mut file = OpenOptions::new()
+        .create_new(true)
+        .append(true)
+        .read(true)
+        .open(&path)
+        .map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
+    let header = SegmentHeader { number, base_seq }.encode();
+    file.write_all(&header)
+        .map_err(|e| Error::io(format!("writing the header of {}", path.display()), e))?;
+    file.sync_all()
+        .map_err(|e| Error::io(format!("syncing {}", path.display()), e))?;
+    sync_dir(dir)?;
+    let segment = Arc::new(Segment::open(&path, false, SEGMENT_HEADER_BYTES as u64)?);
+    Ok(ActiveSegment {
+        file,
+        number,
+        len: SEGMENT_HEADER_BYTES as u64,
+        segment,
+    })
+}
+
+/// Syncs a directory, so that files created or renamed in it survive a crash.
+pub(crate) fn sync_dir(dir: &std::path::Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| Error::io(format!("syncing directory {}", dir.display()), e))
+}

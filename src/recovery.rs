@@ -1,0 +1,282 @@
+//! Opening a store: replay every segment into a fresh index, truncate a torn tail, refuse damage.
+//!
+//! Recovery policy: a frame that is short, or fails its CRC, at the tail of the newest segment (with
+//! no valid frame after it) is a torn write: it was never acknowledged under `Durability::Immediate`,
+//! so it is truncated away and opening goes on. The same anywhere else, in a sealed segment or with a
+//! valid frame after it, is damage to acknowledged data: opening fails with `Error::Corrupt` naming
+//! the file and offset. A newest segment whose header is incomplete was torn while being created and
+//! holds nothing: it is removed and created again.
+
+use std::fs::OpenOptions;
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::index::{Index, Location};
+use crate::item::TypeSpec;
+use crate::log::record::{decode_batch, read_frame, FrameError, RecordView, FRAME_HEADER_BYTES, FRAME_KIND_BATCH};
+use crate::log::segment::{
+    parse_segment_file_name, read_whole, segment_file_name, Segment, SegmentHeader, SEGMENT_HEADER_BYTES,
+};
+use crate::log::writer::{create_segment, sync_dir, ActiveSegment};
+
+/// What opening found and did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecoveryStats {
+    /// Segments read.
+    pub segments: u64,
+    /// Frames (batches) replayed.
+    pub frames: u64,
+    /// Records replayed.
+    pub records: u64,
+    /// Bytes of a torn tail cut off the newest segment.
+    pub truncated_bytes: u64,
+    /// Whether a newest segment torn while being created was removed.
+    pub removed_torn_segment: bool,
+    /// Stray temporary files removed.
+    pub removed_temporary_files: u64,
+    /// Milliseconds the replay took.
+    pub millis: u64,
+}
+
+pub(crate) struct Recovered {
+    pub(crate) index: Index,
+    pub(crate) active: ActiveSegment,
+    pub(crate) next_seq: u64,
+    pub(crate) stats: RecoveryStats,
+}
+
+/// Called for each whole frame of a scan with its seq, offset and payload; an error stops the scan.
+pub(crate) type FrameVisitor<'a> = dyn FnMut(u64, usize, &[u8]) -> std::result::Result<(), String> + 'a;
+
+/// How a scan of one segment's frames ended.
+pub(crate) enum ScanEnd {
+    /// Every byte up to `end` is whole frames.
+    Clean { end: usize },
+    /// The frame at `offset` is short or bad.
+    Bad { offset: usize, reason: String, torn: bool },
+}
+
+/// Walks the frames of a segment's bytes from the header on, calling `on_frame(seq, offset, payload)`
+/// for each whole frame whose seq is the expected next one. `newest` says whether a bad frame may be
+/// a torn tail (when no valid frame follows it).
+pub(crate) fn scan_frames(bytes: &[u8], next_seq: &mut u64, newest: bool, on_frame: &mut FrameVisitor<'_>) -> ScanEnd {
+    let mut offset = SEGMENT_HEADER_BYTES;
+    while offset < bytes.len() {
+        let rest = bytes.get(offset..).unwrap_or_default();
+        let failure = match read_frame(rest) {
+            Ok((header, payload)) if header.seq == *next_seq => {
+                if let Err(reason) = on_frame(header.seq, offset, payload) {
+                    return ScanEnd::Bad {
+                        offset,
+                        reason,
+                        torn: false,
+                    };
+                }
+                *next_seq += 1;
+                offset += FRAME_HEADER_BYTES + payload.len();
+                continue;
+            }
+            Ok((header, _)) => format!("frame has seq {}, expected {}", header.seq, *next_seq),
+            Err(FrameError::Short) => "frame is cut short by the end of the file".to_owned(),
+            Err(FrameError::Bad(reason)) => reason,
+        };
+        let torn = newest && !valid_frame_after(bytes, offset + 1, *next_seq);
+        return ScanEnd::Bad {
+            offset,
+            reason: failure,
+            torn,
+        };
+    }
+    ScanEnd::Clean { end: offset }
+}
+
+/// Whether a CRC-valid frame with a plausible sequence number starts anywhere at or after `from`.
+fn valid_frame_after(bytes: &[u8], from: usize, expected_seq: u64) -> bool {
+    let last = bytes.len().saturating_sub(FRAME_HEADER_BYTES);
+    (from..=last).any(|at| {
+        let kind = bytes.get(at + 8).copied();
+        let seq = bytes
+            .get(at + 9..at + 17)
+            .and_then(|s| s.try_into().ok())
+            .map(u64::from_le_bytes);
+        kind == Some(FRAME_KIND_BATCH)
+            && seq.is_some_and(|seq| seq >= expected_seq && seq - expected_seq < 1 << 32)
+            && read_frame(bytes.get(at..).unwrap_or_default()).is_ok()
+    })
+}
+
+/// Applies one replayed batch to the index.
+fn replay_batch(index: &mut Index, seq: u64, segment: u32, frame_offset: usize, payload: &[u8]) -> Result<u64, String> {
+    let records = decode_batch(payload).map_err(|e| e.0)?;
+    let count = records.len() as u64;
+    for (start, len, record) in records {
+        match record {
+            RecordView::Put(put) => {
+                if index
+                    .current_history(put.id)
+                    .any(|entry| &*entry.version == put.version)
+                {
+                    return Err(format!("item {:?} version {:?} is stored twice", put.id, put.version));
+                }
+                let offset = frame_offset + FRAME_HEADER_BYTES + start;
+                let location = Location {
+                    segment,
+                    offset: u32::try_from(offset).map_err(|_| "record offset overflow".to_owned())?,
+                    len: u32::try_from(len).map_err(|_| "record length overflow".to_owned())?,
+                };
+                index.apply_put(seq, &put, location);
+            }
+            RecordView::Delete { id } => {
+                index.apply_delete(seq, id);
+            }
+            RecordView::RegisterType { name, pattern } => {
+                let mut spec = TypeSpec::new(name);
+                if let Some(pattern) = pattern {
+                    spec = spec.id_pattern(pattern);
+                }
+                index
+                    .registry
+                    .insert(spec)
+                    .map_err(|e| format!("stored type registration is invalid: {e}"))?;
+            }
+        }
+    }
+    index.seq = seq;
+    Ok(count)
+}
+
+/// Replays the store in `dir` (which the caller has locked).
+pub(crate) fn recover(dir: &Path) -> Result<Recovered> {
+    let started = std::time::Instant::now();
+    let mut stats = RecoveryStats::default();
+    let mut numbers = Vec::new();
+    let entries = std::fs::read_dir(dir).map_err(|e| Error::io(format!("listing {}", dir.display()), e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| Error::io(format!("listing {}", dir.display()), e))?;
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if let Some(number) = parse_segment_file_name(&name) {
+            numbers.push(number);
+        } else if name.ends_with(".tmp") {
+            std::fs::remove_file(entry.path())
+                .map_err(|e| Error::io(format!("removing stray {}", entry.path().display()), e))?;
+            stats.removed_temporary_files += 1;
+        }
+    }
+    numbers.sort_unstable();
+
+    let mut index = Index::default();
+    let mut next_seq = 1u64;
+    let mut active = None;
+    let count = numbers.len();
+    for (position, number) in numbers.iter().copied().enumerate() {
+        let newest = position + 1 == count;
+        let path = dir.join(segment_file_name(number));
+        let corrupt = |offset: usize, reason: String| Error::Corrupt {
+            file: path.clone(),
+            offset: offset as u64,
+            reason,
+        };
+        if position > 0 && numbers.get(position - 1).is_some_and(|previous| previous + 1 != number) {
+            return Err(corrupt(0, format!("segment {} is missing before this one", number - 1)));
+        }
+        let bytes = read_whole(&path)?;
+        stats.segments += 1;
+        let header = match SegmentHeader::decode(&bytes) {
+            Ok(header) => header,
+            Err(_) if newest && bytes.len() <= SEGMENT_HEADER_BYTES => {
+                // Torn while being created: it can hold no frame.
+                std::fs::remove_file(&path).map_err(|e| Error::io(format!("removing torn {}", path.display()), e))?;
+                sync_dir(dir)?;
+                stats.removed_torn_segment = true;
+                active = Some(create_segment(dir, number, next_seq)?);
+                break;
+            }
+            Err(reason) => return Err(corrupt(0, reason)),
+        };
+        if header.number != number {
+            return Err(corrupt(
+                12,
+                format!("header says segment {}, file name says {number}", header.number),
+            ));
+        }
+        if header.base_seq != next_seq {
+            return Err(corrupt(
+                16,
+                format!(
+                    "segment starts at seq {}, but the log before it ends at {}",
+                    header.base_seq,
+                    next_seq - 1
+                ),
+            ));
+        }
+        let mut frames = 0u64;
+        let mut records = 0u64;
+        let end = match scan_frames(&bytes, &mut next_seq, newest, &mut |seq, offset, payload| {
+            frames += 1;
+            records += replay_batch(&mut index, seq, number, offset, payload)?;
+            Ok(())
+        }) {
+            ScanEnd::Clean { end } => end,
+            ScanEnd::Bad {
+                offset,
+                torn: true,
+                reason,
+            } => {
+                tracing::warn!(
+                    "truncating a torn tail of {} bytes at offset {offset} of {}: {reason}",
+                    bytes.len() - offset,
+                    path.display()
+                );
+                stats.truncated_bytes += (bytes.len() - offset) as u64;
+                offset
+            }
+            ScanEnd::Bad {
+                offset,
+                reason,
+                torn: false,
+            } => return Err(corrupt(offset, reason)),
+        };
+        stats.frames += frames;
+        stats.records += records;
+        if newest {
+            let file = OpenOptions::new()
+                .read(true)
+                .append(true)
+                .open(&path)
+                .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
+            if end < bytes.len() {
+                file.set_len(end as u64)
+                    .map_err(|e| Error::io(format!("truncating {}", path.display()), e))?;
+                file.sync_all()
+                    .map_err(|e| Error::io(format!("syncing {}", path.display()), e))?;
+            }
+            let segment = Arc::new(Segment::open(&path, false, end as u64)?);
+            index.segments.insert(number, Arc::clone(&segment));
+            active = Some(ActiveSegment {
+                file,
+                number,
+                len: end as u64,
+                segment,
+            });
+        } else {
+            index
+                .segments
+                .insert(number, Arc::new(Segment::open(&path, true, bytes.len() as u64)?));
+        }
+    }
+    let active = match active {
+        Some(active) => active,
+        None => create_segment(dir, numbers.last().map_or(1, |n| n + 1), next_seq)?,
+    };
+    index.segments.insert(active.number, Arc::clone(&active.segment));
+    index.seq = next_seq - 1;
+    stats.millis = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    Ok(Recovered {
+        index,
+        active,
+        next_seq,
+        stats,
+    })
+}

@@ -1,0 +1,749 @@
+//! [`Store`], [`Options`] and [`SessionView`]: the public handle over the log, the index and the
+//! writer thread.
+
+use std::fs::{File, OpenOptions};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Sender;
+
+use crate::clock::{Clock, SystemClock};
+use crate::error::{Error, Result};
+use crate::index::Index;
+use crate::item::{content_hash, validate_item, validate_name, ContextItem, Scope, TypeRegistry, TypeSpec};
+use crate::limits::{
+    BATCH_ITEMS_MAX, CONTENT_BYTES_DEFAULT, CONTENT_BYTES_MAX, SEGMENT_BYTES_DEFAULT, SEGMENT_BYTES_MAX,
+    SEGMENT_BYTES_MIN,
+};
+use crate::log::record::{decode_batch, RecordView};
+use crate::log::segment::{read_whole, SegmentHeader};
+use crate::log::writer::{Command, Op, OpOutcome, Writer};
+use crate::query::{ContextQuery, QueryStats};
+use crate::recovery::{recover, scan_frames, RecoveryStats, ScanEnd};
+use crate::snapshot::{Resolution, Snapshot};
+
+/// When `add` may return relative to the fsync of its batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Durability {
+    /// `add` returns only after its batch is fsynced. Concurrent writers share one fsync (group
+    /// commit). The default.
+    Immediate,
+    /// Batches are visible once written; the writer fsyncs at most every `Duration`, so a power loss
+    /// may lose the batches of the last period.
+    Periodic(Duration),
+    /// Batches are visible once written; syncing is left to the operating system (and to
+    /// [`Store::flush`], segment sealing and close).
+    Never,
+}
+
+/// Settings for opening a store. Every setter states its default.
+#[derive(Clone)]
+pub struct Options {
+    durability: Durability,
+    clock: Arc<dyn Clock>,
+    segment_size: u64,
+    max_content_bytes: usize,
+    auto_compact: bool,
+}
+
+impl std::fmt::Debug for Options {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Options")
+            .field("durability", &self.durability)
+            .field("clock_now", &self.clock.now())
+            .field("segment_size", &self.segment_size)
+            .field("max_content_bytes", &self.max_content_bytes)
+            .field("auto_compact", &self.auto_compact)
+            .finish()
+    }
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            durability: Durability::Immediate,
+            clock: Arc::new(SystemClock),
+            segment_size: SEGMENT_BYTES_DEFAULT,
+            max_content_bytes: CONTENT_BYTES_DEFAULT,
+            auto_compact: true,
+        }
+    }
+}
+
+impl Options {
+    /// The defaults: `Durability::Immediate`, `SystemClock`, 64 MiB segments, 1 MiB content, auto
+    /// compaction on.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// When `add` returns relative to the fsync of its batch. Default: [`Durability::Immediate`].
+    #[must_use]
+    pub fn durability(mut self, durability: Durability) -> Self {
+        self.durability = durability;
+        self
+    }
+
+    /// The clock that judges expiry and stamps snapshots. Default: [`SystemClock`].
+    #[must_use]
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// The size in bytes at which a segment is sealed and the next one started. Default: 64 MiB;
+    /// accepted: 4 KiB to 2 GiB. A batch larger than this gets a segment of its own.
+    #[must_use]
+    pub fn segment_size(mut self, bytes: u64) -> Self {
+        self.segment_size = bytes;
+        self
+    }
+
+    /// The largest canonical content of one item, in bytes. Default: 1 MiB; at most 64 MiB.
+    #[must_use]
+    pub fn max_content_bytes(mut self, bytes: usize) -> Self {
+        self.max_content_bytes = bytes;
+        self
+    }
+
+    /// Whether a background compactor reclaims space on its own. Default: true. (Compaction itself
+    /// comes with a later release; the setting is stored and honoured from then on.)
+    #[must_use]
+    pub fn auto_compact(mut self, on: bool) -> Self {
+        self.auto_compact = on;
+        self
+    }
+
+    /// Opens (creating if needed) the store in directory `path`.
+    ///
+    /// # Errors
+    /// `Invalid` for a setting out of range; `Locked` if another handle holds the store; `Corrupt` if
+    /// acknowledged data is damaged; `Io` if the directory cannot be used.
+    pub fn open(self, path: impl AsRef<Path>) -> Result<Store> {
+        Store::open_with(path.as_ref(), self)
+    }
+}
+
+/// What one item of an `add` did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AddOutcome {
+    /// A new version was stored and is now the id's latest.
+    Added {
+        /// The item's id.
+        id: String,
+        /// The version stored.
+        version: String,
+        /// The sequence number of the batch that stored it.
+        seq: u64,
+    },
+    /// This (id, version) was already stored with the same content hash: nothing was written.
+    Unchanged {
+        /// The item's id.
+        id: String,
+        /// The version.
+        version: String,
+    },
+}
+
+/// Figures about a store, from [`Store::stats`].
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct Stats {
+    /// Ids whose latest version is neither deleted nor superseded (expired ones included until
+    /// compaction reclaims them).
+    pub items: u64,
+    /// Stored versions in the index, of every id.
+    pub versions: u64,
+    /// Segment files.
+    pub segments: u64,
+    /// Bytes of every file in the store directory.
+    pub bytes_on_disk: u64,
+    /// Estimated bytes of memory the index uses.
+    pub index_bytes: u64,
+    /// `index_bytes` per stored version.
+    pub index_bytes_per_item: f64,
+    /// The last published sequence number.
+    pub seq: u64,
+    /// Queries run by this handle.
+    pub queries: u64,
+    /// Index entries those queries examined.
+    pub entries_examined: u64,
+    /// What opening the store found and did.
+    pub recovery: RecoveryStats,
+}
+
+/// One problem found by [`Store::verify`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    /// The file at fault.
+    pub file: PathBuf,
+    /// The byte offset in it.
+    pub offset: u64,
+    /// What is wrong.
+    pub reason: String,
+}
+
+/// What [`Store::verify`] checked and found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct VerifyReport {
+    /// Records whose CRC (and, for items, content hash) was checked.
+    pub records_checked: u64,
+    /// Frames whose CRC was checked.
+    pub frames_checked: u64,
+    /// Segment files read.
+    pub segments_checked: u64,
+    /// Everything that is wrong; empty when the store is sound.
+    pub problems: Vec<Problem>,
+}
+
+impl VerifyReport {
+    /// Whether no problem was found.
+    #[must_use]
+    pub fn is_ok(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+/// State shared by the handle, the writer thread and every snapshot.
+pub(crate) struct Shared {
+    pub(crate) dir: PathBuf,
+    index: RwLock<Index>,
+    registry: RwLock<Arc<TypeRegistry>>,
+    pub(crate) clock: Arc<dyn Clock>,
+    queries: AtomicU64,
+    examined: AtomicU64,
+}
+
+impl Shared {
+    /// The index for reading. A panic while the lock was held cannot leave it half-updated (updates
+    /// are whole batches applied by one thread), so a poisoned lock is entered anyway.
+    pub(crate) fn read_index(&self) -> RwLockReadGuard<'_, Index> {
+        self.index.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub(crate) fn write_index(&self) -> RwLockWriteGuard<'_, Index> {
+        self.index.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub(crate) fn registry(&self) -> Arc<TypeRegistry> {
+        Arc::clone(&self.registry.read().unwrap_or_else(std::sync::PoisonError::into_inner))
+    }
+
+    pub(crate) fn set_registry(&self, registry: TypeRegistry) {
+        *self.registry.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(registry);
+    }
+
+    pub(crate) fn count_query(&self, examined: u64) {
+        self.queries.fetch_add(1, Ordering::Relaxed);
+        self.examined.fetch_add(examined, Ordering::Relaxed);
+    }
+}
+
+struct StoreInner {
+    shared: Arc<Shared>,
+    commands: Mutex<Option<Sender<Command>>>,
+    writer: Mutex<Option<JoinHandle<()>>>,
+    options: Options,
+    recovery: RecoveryStats,
+    _lock: File,
+}
+
+impl Drop for StoreInner {
+    fn drop(&mut self) {
+        // Closing the channel lets the writer finish what is queued, sync and exit.
+        drop(
+            self.commands
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take(),
+        );
+        if let Some(handle) = self
+            .writer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+        {
+            if handle.join().is_err() {
+                tracing::error!("the writer thread panicked");
+            }
+        }
+    }
+}
+
+/// An open store: a cheap, cloneable handle that many threads may use at once.
+#[derive(Clone)]
+pub struct Store {
+    inner: Arc<StoreInner>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("dir", &self.inner.shared.dir)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Store {
+    /// Opens (creating if needed) the store in directory `path` with the default [`Options`].
+    ///
+    /// # Errors
+    /// As [`Options::open`].
+    pub fn open(path: impl AsRef<Path>) -> Result<Store> {
+        Options::new().open(path)
+    }
+
+    fn open_with(dir: &Path, options: Options) -> Result<Store> {
+        if !(SEGMENT_BYTES_MIN..=SEGMENT_BYTES_MAX).contains(&options.segment_size) {
+            return Err(Error::invalid(
+                "segment_size",
+                format!(
+                    "{} bytes is outside {SEGMENT_BYTES_MIN}..={SEGMENT_BYTES_MAX}",
+                    options.segment_size
+                ),
+            ));
+        }
+        if options.max_content_bytes == 0 || options.max_content_bytes > CONTENT_BYTES_MAX {
+            return Err(Error::invalid(
+                "max_content_bytes",
+                format!("{} is outside 1..={CONTENT_BYTES_MAX}", options.max_content_bytes),
+            ));
+        }
+        if let Durability::Periodic(period) = options.durability {
+            if period.is_zero() {
+                return Err(Error::invalid("durability", "a Periodic duration must be above zero"));
+            }
+        }
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+        let lock_path = dir.join("LOCK");
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| Error::io(format!("opening {}", lock_path.display()), e))?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(Error::Locked {
+                    path: dir.to_path_buf(),
+                })
+            }
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(Error::io(format!("locking {}", lock_path.display()), e))
+            }
+        }
+        let recovered = recover(dir)?;
+        let registry = Arc::new(recovered.index.registry.clone());
+        let shared = Arc::new(Shared {
+            dir: dir.to_path_buf(),
+            index: RwLock::new(recovered.index),
+            registry: RwLock::new(registry),
+            clock: Arc::clone(&options.clock),
+            queries: AtomicU64::new(0),
+            examined: AtomicU64::new(0),
+        });
+        let (sender, receiver) = crossbeam_channel::unbounded();
+        let writer = Writer {
+            shared: Arc::clone(&shared),
+            dir: dir.to_path_buf(),
+            active: recovered.active,
+            next_seq: recovered.next_seq,
+            durability: options.durability,
+            segment_size: options.segment_size,
+            poisoned: None,
+            dirty: false,
+            last_sync: Instant::now(),
+            buffer: Vec::new(),
+        };
+        let handle = std::thread::Builder::new()
+            .name("ctxlog-writer".into())
+            .spawn(move || writer.run(&receiver))
+            .map_err(|e| Error::io("starting the writer thread", e))?;
+        Ok(Store {
+            inner: Arc::new(StoreInner {
+                shared,
+                commands: Mutex::new(Some(sender)),
+                writer: Mutex::new(Some(handle)),
+                options,
+                recovery: recovered.stats,
+                _lock: lock,
+            }),
+        })
+    }
+
+    /// The directory of the store.
+    #[must_use]
+    pub fn path(&self) -> &Path {
+        &self.inner.shared.dir
+    }
+
+    fn submit(&self, ops: Vec<Op>) -> Result<Vec<OpOutcome>> {
+        let (reply, answer) = crossbeam_channel::bounded(1);
+        {
+            let commands = self
+                .inner
+                .commands
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let sender = commands.as_ref().ok_or(Error::Closed)?;
+            sender.send(Command::Write { ops, reply }).map_err(|_| Error::Closed)?;
+        }
+        answer.recv().map_err(|_| Error::Closed)?
+    }
+
+    /// Adds `items` as one atomic batch: every item is validated first, and if any is refused nothing
+    /// is written. Returns what happened to each item, in order.
+    ///
+    /// # Errors
+    /// `Invalid`, `UnknownType`, `HashMismatch`, `TooLarge`, `VersionConflict` with the position of the
+    /// refused item as `index`; `TooLarge` for a batch over the limits; `Poisoned` after an earlier
+    /// write failure; `Io` if the write or fsync fails.
+    pub fn add<I: IntoIterator<Item = ContextItem>>(&self, items: I) -> Result<Vec<AddOutcome>> {
+        self.add_checked(items, None)
+    }
+
+    fn add_checked<I: IntoIterator<Item = ContextItem>>(
+        &self,
+        items: I,
+        session: Option<&str>,
+    ) -> Result<Vec<AddOutcome>> {
+        let registry = self.inner.shared.registry();
+        let max_content = self.inner.options.max_content_bytes;
+        let mut ops = Vec::new();
+        for (position, item) in items.into_iter().enumerate() {
+            if position >= BATCH_ITEMS_MAX {
+                return Err(Error::TooLarge {
+                    what: "batch (items)".into(),
+                    len: position as u64 + 1,
+                    max: BATCH_ITEMS_MAX as u64,
+                    index: None,
+                });
+            }
+            if let Some(session) = session {
+                check_session_scope(&item.scope, session).map_err(|e| e.at(position))?;
+            }
+            let valid = validate_item(item, &registry, max_content).map_err(|e| e.at(position))?;
+            ops.push(Op::Put(valid));
+        }
+        if ops.is_empty() {
+            return Ok(Vec::new());
+        }
+        let keys: Vec<(String, String)> = ops
+            .iter()
+            .filter_map(|op| match op {
+                Op::Put(valid) => Some((valid.item.id.clone(), valid.item.version.clone())),
+                _ => None,
+            })
+            .collect();
+        let outcomes = self.submit(ops)?;
+        Ok(keys
+            .into_iter()
+            .zip(outcomes)
+            .map(|((id, version), outcome)| match outcome {
+                OpOutcome::Added { seq } => AddOutcome::Added { id, version, seq },
+                _ => AddOutcome::Unchanged { id, version },
+            })
+            .collect())?;
+        Ok(ops
+            .into_iter()
+            .zip(outcomes)
+            .filter_map(|(op, outcome)| {
+                let Op::Put(valid) = op else { return None };
+                let (id, version) = (valid.item.id, valid.item.version);
+                Some(match outcome {
+                    OpOutcome::Added { seq } => AddOutcome::Added { id, version, seq },
+                    _ => AddOutcome::Unchanged { id, version },
+                })
+            })
+            .collect())
+    }
+
+    /// Tombstones `id`: its versions disappear from every later read, and a later add of the id
+    /// starts a fresh history. Returns true if any version of it was added since its last delete.
+    ///
+    /// # Errors
+    /// `Invalid` for a malformed id; `Poisoned` or `Io` as for [`Store::add`].
+    pub fn delete(&self, id: &str) -> Result<bool> {
+        validate_name("id", id)?;
+        match self.submit(vec![Op::Delete(id.to_owned())])?.first() {
+            Some(OpOutcome::Deleted(existed)) => Ok(*existed),
+            _ => Ok(false),
+        }
+    }
+
+    /// Registers a type, so that items of it may be added. Registrations are stored in the log. Registering
+    /// the same spec again does nothing.
+    ///
+    /// # Errors
+    /// `Invalid` for a malformed name or pattern, a built-in name, or a name already registered with
+    /// another pattern; `Poisoned` or `Io` as for [`Store::add`].
+    pub fn register_type(&self, spec: TypeSpec) -> Result<()> {
+        TypeRegistry::validate_spec(&spec)?;
+        self.submit(vec![Op::RegisterType(spec)]).map(|_| ())
+    }
+
+    /// Makes every batch written so far durable, whatever the [`Durability`].
+    ///
+    /// # Errors
+    /// `Poisoned` after an earlier failure; `Io` if the fsync fails.
+    pub fn flush(&self) -> Result<()> {
+        let (reply, answer) = crossbeam_channel::bounded(1);
+        {
+            let commands = self
+                .inner
+                .commands
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let sender = commands.as_ref().ok_or(Error::Closed)?;
+            sender.send(Command::Flush { reply }).map_err(|_| Error::Closed)?;
+        }
+        answer.recv().map_err(|_| Error::Closed)?
+    }
+
+    /// A read view of now: the current sequence number and clock time.
+    #[must_use]
+    pub fn snapshot(&self) -> Snapshot {
+        self.view(None)
+    }
+
+    fn view(&self, session: Option<Arc<str>>) -> Snapshot {
+        let shared = &self.inner.shared;
+        let seq = shared.read_index().seq;
+        Snapshot {
+            shared: Arc::clone(shared),
+            seq,
+            taken_at: shared.clock.now(),
+            session,
+        }
+    }
+
+    /// The latest version of each live id that matches `query`. See [`Snapshot::get`].
+    ///
+    /// # Errors
+    /// As [`Snapshot::get`].
+    pub fn get(&self, query: &ContextQuery) -> Result<Vec<ContextItem>> {
+        self.snapshot().get(query)
+    }
+
+    /// Like [`Store::get`], with how the query ran.
+    ///
+    /// # Errors
+    /// As [`Snapshot::get`].
+    pub fn get_with_stats(&self, query: &ContextQuery) -> Result<(Vec<ContextItem>, QueryStats)> {
+        self.snapshot().get_with_stats(query)
+    }
+
+    /// Resolves references (`id` or `id@version`) as of now. See [`Snapshot::resolve`].
+    ///
+    /// # Errors
+    /// As [`Snapshot::resolve`].
+    pub fn resolve<I, R>(&self, refs: I) -> Result<Vec<Resolution>>
+    where
+        I: IntoIterator<Item = R>,
+        R: AsRef<str>,
+    {
+        self.snapshot().resolve(refs)
+    }
+
+    /// A view restricted to session `session_id`: it reads only that session's scope and the global
+    /// ones, and writes only its own scope and `GlobalWritable`.
+    ///
+    /// # Errors
+    /// `Invalid` if `session_id` does not follow the id rules.
+    pub fn session(&self, session_id: &str) -> Result<SessionView> {
+        validate_name("session_id", session_id)?;
+        Ok(SessionView {
+            store: self.clone(),
+            session: Arc::from(session_id),
+        })
+    }
+
+    /// Figures about the store.
+    #[must_use]
+    pub fn stats(&self) -> Stats {
+        let shared = &self.inner.shared;
+        let (items, versions, segments, index_bytes, seq) = {
+            let index = shared.read_index();
+            (
+                index.live_ids,
+                index.slots.len() as u64,
+                index.segments.len() as u64,
+                index.estimated_bytes(),
+                index.seq,
+            )
+        };
+        let bytes_on_disk = std::fs::read_dir(&shared.dir)
+            .map(|entries| {
+                entries
+                    .filter_map(|entry| entry.ok()?.metadata().ok())
+                    .filter(|m| m.is_file())
+                    .map(|m| m.len())
+                    .sum()
+            })
+            .unwrap_or(0);
+        #[allow(clippy::cast_precision_loss)]
+        let index_bytes_per_item = if versions == 0 {
+            0.0
+        } else {
+            index_bytes as f64 / versions as f64
+        };
+        Stats {
+            items,
+            versions,
+            segments,
+            bytes_on_disk,
+            index_bytes,
+            index_bytes_per_item,
+            seq,
+            queries: shared.queries.load(Ordering::Relaxed),
+            entries_examined: shared.examined.load(Ordering::Relaxed),
+            recovery: self.inner.recovery.clone(),
+        }
+    }
+
+    /// Reads every frame and record of every segment and checks CRCs and content hashes.
+    ///
+    /// # Errors
+    /// `Io` if a segment cannot be read. Damage is reported in the [`VerifyReport`], not as an error.
+    pub fn verify(&self) -> Result<VerifyReport> {
+        let segments: Vec<_> = self.inner.shared.read_index().segments.values().cloned().collect();
+        let mut report = VerifyReport::default();
+        let mut next_seq: Option<u64> = None;
+        for segment in segments {
+            report.segments_checked += 1;
+            let mut bytes = read_whole(&segment.path)?;
+            bytes.truncate(usize::try_from(segment.published_len()).unwrap_or(usize::MAX));
+            let problem = |offset: usize, reason: String| Problem {
+                file: segment.path.clone(),
+                offset: offset as u64,
+                reason,
+            };
+            let header = match SegmentHeader::decode(&bytes) {
+                Ok(header) => header,
+                Err(reason) => {
+                    report.problems.push(problem(0, reason));
+                    continue;
+                }
+            };
+            let mut seq = next_seq.unwrap_or(header.base_seq);
+            if header.base_seq != seq {
+                report.problems.push(problem(
+                    16,
+                    format!("segment starts at seq {}, expected {seq}", header.base_seq),
+                ));
+                seq = header.base_seq;
+            }
+            let mut records_checked = 0u64;
+            let mut frames_checked = 0u64;
+            let mut damaged_records = Vec::new();
+            let end = scan_frames(&bytes, &mut seq, false, &mut |_, offset, payload| {
+                frames_checked += 1;
+                let records = decode_batch(payload).map_err(|e| e.0)?;
+                for (start, _, record) in records {
+                    records_checked += 1;
+                    if let RecordView::Put(put) = record {
+                        if content_hash(put.content) != put.hash {
+                            damaged_records.push((
+                                offset + start,
+                                format!("content of {:?} does not match its hash", put.id),
+                            ));
+                        }
+                    }
+                }
+                Ok(())
+            });
+            report.records_checked += records_checked;
+            report.frames_checked += frames_checked;
+            for (offset, reason) in damaged_records {
+                report.problems.push(problem(offset, reason));
+            }
+            if let ScanEnd::Bad { offset, reason, .. } = end {
+                report.problems.push(problem(offset, reason));
+            }
+            next_seq = Some(seq);
+        }
+        Ok(report)
+    }
+}
+
+fn check_session_scope(scope: &Scope, session: &str) -> Result<()> {
+    match scope {
+        Scope::Session(owner) if owner == session => Ok(()),
+        Scope::GlobalWritable => Ok(()),
+        Scope::Session(_) => Err(Error::PermissionDenied {
+            reason: format!("session {session:?} may not write to another session's scope"),
+            index: None,
+        }),
+        Scope::GlobalReadonly => Err(Error::PermissionDenied {
+            reason: format!("session {session:?} may not write to the global_readonly scope"),
+            index: None,
+        }),
+    }
+}
+
+/// A store seen from one session: it reads its own session's scope and the global ones, and writes
+/// its own scope and `GlobalWritable`. Another session's items resolve as `NotFound`.
+#[derive(Clone, Debug)]
+pub struct SessionView {
+    store: Store,
+    session: Arc<str>,
+}
+
+impl SessionView {
+    /// The session id.
+    #[must_use]
+    pub fn id(&self) -> &str {
+        &self.session
+    }
+
+    /// Adds items as one batch, as [`Store::add`]; each must be scoped to this session or
+    /// `GlobalWritable`.
+    ///
+    /// # Errors
+    /// `PermissionDenied` (with `index`) for another session's scope or `GlobalReadonly`; otherwise as
+    /// [`Store::add`].
+    pub fn add<I: IntoIterator<Item = ContextItem>>(&self, items: I) -> Result<Vec<AddOutcome>> {
+        self.store.add_checked(items, Some(&self.session))
+    }
+
+    /// As [`Store::get`], restricted to this session and the global scopes.
+    ///
+    /// # Errors
+    /// As [`Snapshot::get`].
+    pub fn get(&self, query: &ContextQuery) -> Result<Vec<ContextItem>> {
+        self.snapshot().get(query)
+    }
+
+    /// As [`Store::get_with_stats`], restricted to this session and the global scopes.
+    ///
+    /// # Errors
+    /// As [`Snapshot::get`].
+    pub fn get_with_stats(&self, query: &ContextQuery) -> Result<(Vec<ContextItem>, QueryStats)> {
+        self.snapshot().get_with_stats(query)
+    }
+
+    /// As [`Store::resolve`]; another session's items are `NotFound`.
+    ///
+    /// # Errors
+    /// As [`Snapshot::resolve`].
+    pub fn resolve<I, R>(&self, refs: I) -> Result<Vec<Resolution>>
+    where
+        I: IntoIterator<Item = R>,
+        R: AsRef<str>,
+    {
+        self.snapshot().resolve(refs)
+    }
+
+    /// A snapshot of now that keeps this session's visibility.
+    #[must_use]
+    pub fn snapshot(&self) -> Snapshot {
+        self.store.view(Some(Arc::clone(&self.session)))
+    }
+}
