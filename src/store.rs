@@ -450,18 +450,6 @@ impl Store {
                 OpOutcome::Added { seq } => AddOutcome::Added { id, version, seq },
                 _ => AddOutcome::Unchanged { id, version },
             })
-            .collect())?;
-        Ok(ops
-            .into_iter()
-            .zip(outcomes)
-            .filter_map(|(op, outcome)| {
-                let Op::Put(valid) = op else { return None };
-                let (id, version) = (valid.item.id, valid.item.version);
-                Some(match outcome {
-                    OpOutcome::Added { seq } => AddOutcome::Added { id, version, seq },
-                    _ => AddOutcome::Unchanged { id, version },
-                })
-            })
             .collect())
     }
 
