@@ -62,7 +62,7 @@ fn item(n: u64) -> ContextItem {
         "1",
         scope,
     );
-    if n % 2 == 0 {
+    if n.is_multiple_of(2) {
         item = item.with_ttl(3600);
     }
     if kind == "tool_result" {

@@ -92,8 +92,19 @@ impl Overlay {
     }
 }
 
-/// A batch's frame (sequence number still to fill in) and its records' (offset, length) in it.
-type EncodedBatch = (Vec<u8>, Vec<(usize, usize)>);
+/// Where one operation's record lies in its batch's frame. Operations that write nothing (an
+/// unchanged item, a delete of an id without history, a known type) have none.
+struct RecordSpan {
+    /// The operation's position in its batch.
+    op: usize,
+    /// The record's offset from the frame start.
+    start: usize,
+    /// The record's length.
+    len: usize,
+}
+
+/// A batch's frame (sequence number still to fill in) and where its records lie in it.
+type EncodedBatch = (Vec<u8>, Vec<RecordSpan>);
 
 /// A batch that passed its checks and waits to be written.
 struct Staged {
@@ -330,17 +341,12 @@ impl Writer {
         let mut registry_changed = false;
         let mut registry = (*self.shared.registry()).clone();
         for batch in staged {
-            let (Some((frame, records)), Some((segment, frame_offset))) = (&batch.frame, batch.location) else {
+            let (Some((_, records)), Some((segment, frame_offset))) = (&batch.frame, batch.location) else {
                 continue;
             };
-            let _ = frame;
-            let mut records = records.iter();
-            for op in &batch.ops {
-                match op {
-                    Op::Put(valid) => {
-                        let Some((start, len)) = records.next() else {
-                            continue;
-                        };
+            for record in records {
+                match batch.ops.get(record.op) {
+                    Some(Op::Put(valid)) => {
                         let item = &valid.item;
                         let put = PutView {
                             id: &item.id,
@@ -356,21 +362,16 @@ impl Writer {
                         };
                         let location = Location {
                             segment,
-                            offset: u32::try_from(frame_offset + *start as u64).unwrap_or(u32::MAX),
-                            len: u32::try_from(*len).unwrap_or(u32::MAX),
+                            offset: u32::try_from(frame_offset + record.start as u64).unwrap_or(u32::MAX),
+                            len: u32::try_from(record.len).unwrap_or(u32::MAX),
                         };
                         index.apply_put(batch.seq, &put, location);
                     }
-                    Op::Delete(id) => {
-                        if records.next().is_some() {
-                            index.apply_delete(batch.seq, id);
-                        }
+                    Some(Op::Delete(id)) => {
+                        index.apply_delete(batch.seq, id);
                     }
-                    Op::RegisterType(spec) => {
-                        if records.next().is_some() && registry.insert(spec.clone()).is_ok() {
-                            registry_changed = true;
-                        }
-                    }
+                    Some(Op::RegisterType(spec)) if registry.insert(spec.clone()).is_ok() => registry_changed = true,
+                    _ => {}
                 }
             }
             index.seq = batch.seq;
@@ -450,7 +451,11 @@ fn plan(index: &crate::index::Index, registry: &TypeRegistry, group: &Overlay, o
                     hash: &valid.hash,
                     content: &valid.canonical,
                 });
-                records.push((start, encoder.len() - start));
+                records.push(RecordSpan {
+                    op: position,
+                    start,
+                    len: encoder.len() - start,
+                });
                 outcomes.push(OpOutcome::Added { seq: 0 });
             }
             Op::Delete(id) => {
@@ -460,7 +465,11 @@ fn plan(index: &crate::index::Index, registry: &TypeRegistry, group: &Overlay, o
                 pending.versions.clear();
                 if existed {
                     let start = encoder.delete(id);
-                    records.push((start, encoder.len() - start));
+                    records.push(RecordSpan {
+                        op: position,
+                        start,
+                        len: encoder.len() - start,
+                    });
                 }
                 outcomes.push(OpOutcome::Deleted(existed));
             }
@@ -481,7 +490,11 @@ fn plan(index: &crate::index::Index, registry: &TypeRegistry, group: &Overlay, o
                         .types
                         .insert(spec.name().to_owned(), spec.pattern().map(str::to_owned));
                     let start = encoder.register_type(spec);
-                    records.push((start, encoder.len() - start));
+                    records.push(RecordSpan {
+                        op: position,
+                        start,
+                        len: encoder.len() - start,
+                    });
                 }
                 outcomes.push(OpOutcome::Registered(is_new));
             }

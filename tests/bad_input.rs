@@ -1,0 +1,595 @@
+//! Bad input is refused with the specific error (variant, field, batch index), never a panic, and
+//! never a partial write: after every refused add the store's sequence number is unchanged and it
+//! returns nothing, also after a reopen. Covers item fields, the JSON shape, types and id patterns,
+//! hashes, content size, time ranges, the directory lock, and whole batches refused for one item.
+
+mod common;
+
+use common::*;
+use ctxlog::*;
+use serde_json::json;
+
+/// A valid item that every test changes in one field.
+fn good() -> ContextItem {
+    ContextItem::new(
+        "ch3",
+        "document_chunk",
+        json!({"text": "Clause 3"}),
+        "crm_export",
+        1_715_299_200,
+        "20240510.1",
+        Scope::GlobalReadonly,
+    )
+}
+
+/// A valid JSON item that every JSON test changes in one field.
+fn good_json(extra: &str) -> String {
+    let base = r#""id":"ch3","type":"document_chunk","content":{"text":"hi"},"source":"s","timestamp":1715299200,"version":"1""#;
+    format!("{{{base},{extra}}}")
+}
+
+fn fresh() -> (tempfile::TempDir, Store) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(dir.path()).expect("open");
+    (dir, store)
+}
+
+/// The store holds nothing and its sequence number is still `seq_before`.
+fn assert_nothing_written(store: &Store, seq_before: u64) {
+    assert_eq!(store.stats().seq, seq_before, "the sequence number moved");
+    assert_eq!(store.stats().versions, 0, "a version was stored");
+    assert!(everything(store).is_empty(), "get returns items after a refused add");
+}
+
+/// Adds `bad` alone to a fresh store and expects `Invalid` on `field` at index 0 with nothing written.
+/// Then checks that the store still accepts a valid item, so the refusal was about `bad`.
+fn expect_invalid(bad: ContextItem, field: &str) -> Error {
+    let (_dir, store) = fresh();
+    let seq = store.stats().seq;
+    let err = store.add([bad]).expect_err("a bad item must be refused");
+    match &err {
+        Error::Invalid {
+            field: f,
+            index,
+            reason,
+        } => {
+            assert_eq!(f, field, "wrong field; reason: {reason}");
+            assert_eq!(*index, Some(0));
+            assert!(!reason.is_empty());
+        }
+        other => panic!("expected Invalid on {field}, got {other:?}"),
+    }
+    assert!(err.to_string().starts_with("item 0: "), "{err}");
+    assert_nothing_written(&store, seq);
+    let outcome = store.add([good()]).expect("a valid item after the refusal");
+    assert!(matches!(outcome.as_slice(), [AddOutcome::Added { .. }]));
+    err
+}
+
+/// Adds `item` alone to a fresh store and expects it to be accepted (the boundary side of a rule).
+fn expect_accepted(item: ContextItem) -> ContextItem {
+    let (_dir, store) = fresh();
+    let id = item.id.clone();
+    let outcomes = store.add([item.clone()]).expect("a valid item is accepted");
+    assert!(
+        matches!(outcomes.as_slice(), [AddOutcome::Added { .. }]),
+        "{outcomes:?}"
+    );
+    let resolved = store.resolve([id.as_str()]).expect("resolve");
+    let got = found(&resolved[0]).clone();
+    assert_eq!(got, stored_form(&item));
+    got
+}
+
+/// Parses `text` as an item JSON and expects `Invalid` on `field`; a store that sees the attempt stays empty.
+fn expect_json_invalid(text: &str, field: &str) {
+    let (_dir, store) = fresh();
+    let seq = store.stats().seq;
+    let result = ContextItem::from_json(text).and_then(|item| store.add([item]));
+    match result {
+        Err(Error::Invalid { field: f, reason, .. }) => assert_eq!(f, field, "reason: {reason}; json: {text}"),
+        other => panic!("expected Invalid on {field} for {text}, got {other:?}"),
+    }
+    assert_nothing_written(&store, seq);
+}
+
+fn with_id(id: &str) -> ContextItem {
+    let mut it = good();
+    it.id = id.to_owned();
+    it
+}
+
+// ---- ids ----
+
+#[test]
+fn empty_id_is_invalid() {
+    expect_invalid(with_id(""), "id");
+}
+
+#[test]
+fn id_with_a_space_is_invalid() {
+    expect_invalid(with_id("ch 3"), "id");
+}
+
+#[test]
+fn id_with_a_non_ascii_char_is_invalid() {
+    expect_invalid(with_id("ché3"), "id");
+    expect_invalid(with_id("文書"), "id");
+}
+
+#[test]
+fn id_of_129_bytes_is_invalid_and_128_accepted() {
+    let err = expect_invalid(with_id(&"a".repeat(129)), "id");
+    assert!(err.to_string().contains("129"), "{err}");
+    let got = expect_accepted(with_id(&"a".repeat(128)));
+    assert_eq!(got.id.len(), 128);
+    expect_accepted(with_id("Az09._:-"));
+}
+
+// ---- types ----
+
+#[test]
+fn unknown_type_is_refused_naming_the_known_types() {
+    let (_dir, store) = fresh();
+    let seq = store.stats().seq;
+    let mut bad = good();
+    bad.kind = "legal_clause".into();
+    let err = store.add([bad]).expect_err("unknown type");
+    match &err {
+        Error::UnknownType { kind, known, index } => {
+            assert_eq!(kind, "legal_clause");
+            assert_eq!(*index, Some(0));
+            for builtin in BUILTIN_TYPES {
+                assert!(known.iter().any(|k| k == builtin), "{builtin} missing from {known:?}");
+            }
+        }
+        other => panic!("expected UnknownType, got {other:?}"),
+    }
+    let text = err.to_string();
+    assert!(text.starts_with("item 0: "), "{text}");
+    assert!(
+        text.contains("document_chunk") && text.contains("monitoring_metric"),
+        "{text}"
+    );
+    assert_nothing_written(&store, seq);
+}
+
+#[test]
+fn id_not_matching_the_type_pattern_is_invalid_also_after_reopen() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    {
+        let store = Store::open(dir.path()).expect("open");
+        store
+            .register_type(TypeSpec::new("legal_clause").id_pattern(r"^cl_[0-9.a-z]+$"))
+            .expect("register");
+        let seq = store.stats().seq;
+        let mut bad = good();
+        bad.kind = "legal_clause".into();
+        bad.id = "ch3".into();
+        match store.add([bad]).expect_err("id does not match the pattern") {
+            Error::Invalid { field, index, reason } => {
+                assert_eq!(field, "id", "{reason}");
+                assert_eq!(index, Some(0));
+            }
+            other => panic!("expected Invalid id, got {other:?}"),
+        }
+        assert_nothing_written(&store, seq);
+        // The registered type is now among the known ones.
+        let mut unknown = good();
+        unknown.kind = "no_such_type".into();
+        match store.add([unknown]).expect_err("unknown type") {
+            Error::UnknownType { known, .. } => assert!(known.iter().any(|k| k == "legal_clause"), "{known:?}"),
+            other => panic!("expected UnknownType, got {other:?}"),
+        }
+    }
+    let store = Store::open(dir.path()).expect("reopen");
+    let mut bad = good();
+    bad.kind = "legal_clause".into();
+    bad.id = "CL_1".into();
+    assert!(matches!(store.add([bad]), Err(Error::Invalid { ref field, .. }) if field == "id"));
+    let mut ok = good();
+    ok.kind = "legal_clause".into();
+    ok.id = "cl_3.1a".into();
+    store.add([ok.clone()]).expect("a matching id is accepted after reopen");
+    assert_eq!(everything(&store), vec![stored_form(&ok)]);
+}
+
+// ---- JSON shape ----
+
+#[test]
+fn json_control_item_parses() {
+    let item = ContextItem::from_json(&good_json(r#""scope":"session","session_id":"s1""#)).expect("valid JSON");
+    assert_eq!(item.scope, Scope::Session("s1".into()));
+    let item = ContextItem::from_json(&good_json(r#""scope":"global_readonly","session_id":null"#)).expect("null");
+    assert_eq!(item.scope, Scope::GlobalReadonly);
+    assert_eq!(ContextItem::from_json(&item.to_json()).expect("roundtrip"), item);
+}
+
+#[test]
+fn json_scope_session_capitalised_is_invalid() {
+    expect_json_invalid(&good_json(r#""scope":"Session","session_id":"s1""#), "scope");
+}
+
+#[test]
+fn json_scope_global_is_invalid() {
+    expect_json_invalid(&good_json(r#""scope":"global""#), "scope");
+}
+
+#[test]
+fn json_session_scope_without_session_id_is_invalid() {
+    expect_json_invalid(&good_json(r#""scope":"session""#), "session_id");
+    expect_json_invalid(&good_json(r#""scope":"session","session_id":null"#), "session_id");
+}
+
+#[test]
+fn json_session_id_on_a_global_scope_is_invalid() {
+    expect_json_invalid(
+        &good_json(r#""scope":"global_readonly","session_id":"s1""#),
+        "session_id",
+    );
+    expect_json_invalid(
+        &good_json(r#""scope":"global_writable","session_id":"s1""#),
+        "session_id",
+    );
+}
+
+#[test]
+fn json_negative_ttl_is_invalid() {
+    expect_json_invalid(
+        &good_json(r#""scope":"global_readonly","ttl_seconds":-5"#),
+        "ttl_seconds",
+    );
+}
+
+#[test]
+fn json_negative_timestamp_is_invalid() {
+    let text = good_json(r#""scope":"global_readonly""#).replace("1715299200", "-1");
+    expect_json_invalid(&text, "timestamp");
+}
+
+#[test]
+fn json_unknown_field_ttl_is_invalid() {
+    expect_json_invalid(&good_json(r#""scope":"global_readonly","ttl":60"#), "ttl");
+}
+
+#[test]
+fn session_scope_with_a_malformed_session_id_is_invalid() {
+    let mut bad = good();
+    bad.scope = Scope::Session(String::new());
+    expect_invalid(bad, "session_id");
+    let mut bad = good();
+    bad.scope = Scope::Session("s 1".into());
+    expect_invalid(bad, "session_id");
+}
+
+// ---- numbers ----
+
+#[test]
+fn confidence_out_of_range_or_not_finite_is_invalid() {
+    for c in [1.5, -0.1, f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+        let err = expect_invalid(good().with_confidence(c), "confidence");
+        assert!(err.to_string().contains("confidence"), "{err}");
+    }
+    for c in [0.0, 1.0, 0.5] {
+        assert_eq!(expect_accepted(good().with_confidence(c)).confidence, Some(c));
+    }
+}
+
+#[test]
+fn ttl_zero_is_invalid_and_one_accepted() {
+    expect_invalid(good().with_ttl(0), "ttl_seconds");
+    let mut it = good().with_ttl(1);
+    it.timestamp = 4_000_000_000; // far in the future so the item is visible now
+    assert_eq!(expect_accepted(it).ttl_seconds, Some(1));
+}
+
+#[test]
+fn timestamp_beyond_year_9999_is_invalid() {
+    let mut bad = good();
+    bad.timestamp = 253_402_300_800;
+    expect_invalid(bad, "timestamp");
+    let mut bad = good();
+    bad.timestamp = -1;
+    expect_invalid(bad, "timestamp");
+    let mut edge = good();
+    edge.timestamp = 253_402_300_799;
+    expect_accepted(edge);
+    let mut zero = good();
+    zero.timestamp = 0;
+    expect_accepted(zero);
+}
+
+// ---- version, source ----
+
+#[test]
+fn empty_version_is_invalid() {
+    let mut bad = good();
+    bad.version = String::new();
+    expect_invalid(bad, "version");
+}
+
+#[test]
+fn version_with_a_space_is_invalid() {
+    let mut bad = good();
+    bad.version = "2024 05".into();
+    expect_invalid(bad, "version");
+    let mut bad = good();
+    bad.version = "a:b".into(); // ':' is allowed in ids but not versions
+    expect_invalid(bad, "version");
+}
+
+#[test]
+fn empty_source_is_invalid() {
+    let mut bad = good();
+    bad.source = String::new();
+    expect_invalid(bad, "source");
+}
+
+#[test]
+fn source_of_257_bytes_is_invalid_and_256_accepted() {
+    let mut bad = good();
+    bad.source = "s".repeat(257);
+    expect_invalid(bad, "source");
+    let mut edge = good();
+    edge.source = "s".repeat(256);
+    assert_eq!(expect_accepted(edge).source.len(), 256);
+}
+
+// ---- hashes ----
+
+#[test]
+fn malformed_hashes_are_invalid() {
+    let right = expected_hash(&good().content);
+    let hex = right.strip_prefix("sha256:").expect("prefix").to_owned();
+    for bad in [
+        format!("sha256:{}", hex.to_uppercase()),
+        format!("sha512:{hex}"),
+        format!("SHA256:{hex}"),
+        hex.clone(),
+        format!("sha256:{}", &hex[..63]),
+        format!("sha256:{hex}0"),
+        format!("sha256:{}g", &hex[..63]),
+        String::new(),
+    ] {
+        expect_invalid(good().with_hash(bad), "hash");
+    }
+    // The well-formed right hash is accepted and is what the engine stores.
+    assert_eq!(expect_accepted(good().with_hash(right.clone())).hash, Some(right));
+}
+
+#[test]
+fn well_formed_hash_that_does_not_match_is_hash_mismatch() {
+    let (_dir, store) = fresh();
+    let seq = store.stats().seq;
+    let declared = expected_hash(&json!({"text": "something else"}));
+    let err = store.add([good().with_hash(declared.clone())]).expect_err("mismatch");
+    match &err {
+        Error::HashMismatch { index, .. } => assert_eq!(*index, Some(0)),
+        other => panic!("expected HashMismatch, got {other:?}"),
+    }
+    let text = err.to_string();
+    assert!(text.starts_with("item 0: ") && text.contains(&declared), "{text}");
+    assert_nothing_written(&store, seq);
+}
+
+// ---- content size ----
+
+#[test]
+fn content_over_max_content_bytes_is_too_large() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Options::new().max_content_bytes(64).open(dir.path()).expect("open");
+    let seq = store.stats().seq;
+    let mut bad = good();
+    bad.content = json!("x".repeat(63)); // 65 bytes with its quotes
+    match store.add([bad]).expect_err("too large") {
+        Error::TooLarge { what, len, max, index } => {
+            assert_eq!(what, "content");
+            assert_eq!(len, 65);
+            assert_eq!(max, 64);
+            assert_eq!(index, Some(0));
+        }
+        other => panic!("expected TooLarge, got {other:?}"),
+    }
+    assert_nothing_written(&store, seq);
+    let mut edge = good();
+    edge.content = json!("x".repeat(62)); // exactly 64 bytes
+    store.add([edge.clone()]).expect("content at the limit is accepted");
+    assert_eq!(everything(&store), vec![stored_form(&edge)]);
+}
+
+// ---- time ranges ----
+
+fn range_field(result: Result<TimeRange>) -> String {
+    match result {
+        Err(Error::Invalid { field, index, .. }) => {
+            assert_eq!(index, None);
+            field
+        }
+        other => panic!("expected Invalid, got {other:?}"),
+    }
+}
+
+#[test]
+fn time_range_with_an_offset_is_invalid() {
+    let good = "2024-05-10T00:00:00Z";
+    for bad in ["2024-05-10T00:00:00+08:00", "2024-05-10T00:00:00+00:00"] {
+        assert_eq!(range_field(TimeRange::parse(bad, good)), "time_range.start", "{bad}");
+        assert_eq!(range_field(TimeRange::parse(good, bad)), "time_range.end", "{bad}");
+    }
+}
+
+#[test]
+fn time_range_without_a_zone_is_invalid() {
+    let good = "2024-05-12T00:00:00Z";
+    assert_eq!(
+        range_field(TimeRange::parse("2024-05-10T00:00:00", good)),
+        "time_range.start"
+    );
+}
+
+#[test]
+fn time_range_with_an_impossible_date_is_invalid() {
+    let good = "2024-05-12T00:00:00Z";
+    assert_eq!(
+        range_field(TimeRange::parse("2024-02-30T00:00:00Z", good)),
+        "time_range.start"
+    );
+    assert_eq!(
+        range_field(TimeRange::parse("2024-01-01T00:00:00Z", "2024-02-30T00:00:00Z")),
+        "time_range.end"
+    );
+}
+
+#[test]
+fn time_range_with_start_after_end_is_invalid() {
+    assert_eq!(
+        range_field(TimeRange::parse("2024-05-12T00:00:00Z", "2024-05-10T00:00:00Z")),
+        "time_range"
+    );
+    assert_eq!(range_field(TimeRange::new(11, 10)), "time_range");
+    let ok = TimeRange::parse("2024-05-10T00:00:00Z", "2024-05-12T23:59:59Z").expect("valid");
+    assert_eq!((ok.start(), ok.end()), (1_715_299_200, 1_715_558_399));
+}
+
+// ---- the lock ----
+
+#[test]
+fn second_open_of_the_same_dir_is_locked() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let first = Store::open(dir.path()).expect("first open");
+    match Store::open(dir.path()) {
+        Err(Error::Locked { path }) => assert_eq!(path, dir.path()),
+        Err(other) => panic!("expected Locked, got {other:?}"),
+        Ok(_) => panic!("a second open of a locked directory succeeded"),
+    }
+    // The first handle still works; after it is dropped the directory opens again.
+    first.add([good()]).expect("the first handle still writes");
+    drop(first);
+    let again = Store::open(dir.path()).expect("reopen after drop");
+    assert_eq!(everything(&again), vec![stored_form(&good())]);
+}
+
+// ---- whole batches ----
+
+fn batch_of_ten() -> Vec<ContextItem> {
+    (0..10)
+        .map(|i| {
+            ContextItem::new(
+                format!("b{i}"),
+                "message",
+                json!({"n": i}),
+                "batch",
+                1_715_299_200 + i,
+                "1",
+                Scope::GlobalWritable,
+            )
+        })
+        .collect()
+}
+
+/// One bad item at position 7 refuses the whole batch of 10: index 7, "item 7:", nothing stored, also
+/// after drop and reopen.
+fn refuse_batch_at_7(spoil: impl Fn(&mut ContextItem), matches_variant: impl Fn(&Error) -> bool) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    {
+        let store = Options::new().max_content_bytes(1024).open(dir.path()).expect("open");
+        let seq = store.stats().seq;
+        let mut batch = batch_of_ten();
+        spoil(&mut batch[7]);
+        let err = store.add(batch).expect_err("the batch must be refused");
+        assert!(matches_variant(&err), "unexpected error {err:?}");
+        assert_eq!(err.index(), Some(7));
+        assert!(err.to_string().starts_with("item 7:"), "{err}");
+        assert_nothing_written(&store, seq);
+        let resolved = store.resolve(["b0", "b6", "b8"]).expect("resolve");
+        assert!(
+            resolved.iter().all(|r| matches!(r, Resolution::NotFound { .. })),
+            "{resolved:?}"
+        );
+    }
+    let store = Store::open(dir.path()).expect("reopen");
+    assert_nothing_written(&store, 0);
+    // The same batch without the spoiled item is accepted, all 10 of it.
+    let outcomes = store.add(batch_of_ten()).expect("the clean batch");
+    assert_eq!(outcomes.len(), 10);
+    assert_eq!(everything(&store).len(), 10);
+}
+
+#[test]
+fn batch_with_a_bad_id_at_7_writes_nothing() {
+    refuse_batch_at_7(
+        |it| it.id = "b 7".into(),
+        |e| matches!(e, Error::Invalid { field, .. } if field == "id"),
+    );
+}
+
+#[test]
+fn batch_with_an_unknown_type_at_7_writes_nothing() {
+    refuse_batch_at_7(|it| it.kind = "nope".into(), |e| matches!(e, Error::UnknownType { .. }));
+}
+
+#[test]
+fn batch_with_a_hash_mismatch_at_7_writes_nothing() {
+    refuse_batch_at_7(
+        |it| it.hash = Some(expected_hash(&json!("other"))),
+        |e| matches!(e, Error::HashMismatch { .. }),
+    );
+}
+
+#[test]
+fn batch_with_too_large_content_at_7_writes_nothing() {
+    refuse_batch_at_7(
+        |it| it.content = json!("y".repeat(2000)),
+        |e| matches!(e, Error::TooLarge { .. }),
+    );
+}
+
+#[test]
+fn batch_with_a_bad_confidence_at_7_writes_nothing() {
+    refuse_batch_at_7(
+        |it| it.confidence = Some(f64::NAN),
+        |e| matches!(e, Error::Invalid { field, .. } if field == "confidence"),
+    );
+}
+
+#[test]
+fn batch_with_a_version_conflict_at_7_writes_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut stored = batch_of_ten()[7].clone();
+    stored.id = "existing".into();
+    stored.content = json!({"original": true});
+    {
+        let store = Store::open(dir.path()).expect("open");
+        store.add([stored.clone()]).expect("first version");
+        let seq = store.stats().seq;
+        let mut batch = batch_of_ten();
+        batch[7].id = "existing".into(); // same (id, version), other content
+        let err = store.add(batch).expect_err("conflict");
+        match &err {
+            Error::VersionConflict { id, version, index, .. } => {
+                assert_eq!(id, "existing");
+                assert_eq!(version, "1");
+                assert_eq!(*index, Some(7));
+            }
+            other => panic!("expected VersionConflict, got {other:?}"),
+        }
+        assert_eq!(err.index(), Some(7));
+        assert!(err.to_string().starts_with("item 7:"), "{err}");
+        assert_eq!(store.stats().seq, seq);
+        assert_eq!(everything(&store), vec![stored_form(&stored)]);
+    }
+    let store = Store::open(dir.path()).expect("reopen");
+    assert_eq!(everything(&store), vec![stored_form(&stored)]);
+    assert_eq!(store.stats().versions, 1);
+}
+
+#[test]
+fn conflict_inside_one_batch_writes_nothing() {
+    let (_dir, store) = fresh();
+    let mut batch = batch_of_ten();
+    batch[7].id = "b2".into(); // (b2, 1) twice in one batch with different content
+    let err = store.add(batch).expect_err("conflict inside the batch");
+    assert!(matches!(err, Error::VersionConflict { .. }), "{err:?}");
+    assert_eq!(err.index(), Some(7));
+    assert_nothing_written(&store, 0);
+}

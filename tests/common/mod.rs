@@ -1,0 +1,82 @@
+//! Shared helpers for the integration tests: opening stores with a manual clock, building items, and
+//! computing expected hashes independently of the engine.
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::sync::Arc;
+
+use ctxlog::*;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+/// The clock time most tests start at (2023-11-14T22:13:20Z).
+pub const NOW: i64 = 1_700_000_000;
+
+/// The seven built-in types.
+pub const BUILTIN_TYPES: [&str; 7] = [
+    "document_chunk",
+    "tool_result",
+    "user_profile",
+    "user_feedback",
+    "product_document",
+    "monitoring_metric",
+    "message",
+];
+
+/// Opens a store in `dir` whose clock is a shared `ManualClock`.
+pub fn open_at(dir: &Path, clock: &Arc<ManualClock>) -> Store {
+    Options::new()
+        .clock(Arc::clone(clock) as Arc<dyn Clock>)
+        .open(dir)
+        .expect("open store")
+}
+
+/// A fresh manual clock standing at `t`.
+pub fn clock_at(t: i64) -> Arc<ManualClock> {
+    Arc::new(ManualClock::new(t))
+}
+
+/// A plain global_readonly document chunk.
+pub fn item(id: &str, timestamp: i64, version: &str, content: Value) -> ContextItem {
+    ContextItem::new(
+        id,
+        "document_chunk",
+        content,
+        "unit_tests",
+        timestamp,
+        version,
+        Scope::GlobalReadonly,
+    )
+}
+
+/// `"sha256:" + hex(SHA-256(canonical content))`, computed here rather than by the engine.
+pub fn expected_hash(content: &Value) -> String {
+    let digest = Sha256::digest(canonical_json(content));
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    format!("sha256:{hex}")
+}
+
+/// The item as the store should give it back: the same, with its hash filled in.
+pub fn stored_form(item: &ContextItem) -> ContextItem {
+    let mut out = item.clone();
+    out.hash = Some(expected_hash(&item.content));
+    out
+}
+
+/// Everything a store handle sees.
+pub fn everything(store: &Store) -> Vec<ContextItem> {
+    store.get(&ContextQuery::new()).expect("get everything")
+}
+
+/// The item of a `Found` resolution, panicking with the resolution otherwise.
+pub fn found(resolution: &Resolution) -> &ContextItem {
+    match resolution {
+        Resolution::Found(item) => item,
+        other => panic!("expected Found, got {other:?}"),
+    }
+}
+
+/// Ids of items, in order.
+pub fn ids(items: &[ContextItem]) -> Vec<String> {
+    items.iter().map(|item| item.id.clone()).collect()
+}

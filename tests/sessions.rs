@@ -1,0 +1,290 @@
+//! Session isolation: a session view reads only its own session's items and the global ones, whatever
+//! the query asks; another session's item resolves `NotFound` exactly like an id that does not exist;
+//! a session may write its own scope and `GlobalWritable` only (anything else is `PermissionDenied` with
+//! the item's index, and nothing of the batch is written); session snapshots keep that visibility; the
+//! `Store` handle itself sees everything.
+
+mod common;
+
+use std::collections::BTreeSet;
+
+use common::*;
+use ctxlog::*;
+use serde_json::json;
+
+const TS: i64 = 1_715_299_200;
+
+fn scoped(id: &str, offset: i64, kind: &str, scope: Scope) -> ContextItem {
+    ContextItem::new(
+        id,
+        kind,
+        json!({"id": id, "secret": id.starts_with("s2")}),
+        "sessions",
+        TS + offset,
+        "1",
+        scope,
+    )
+}
+
+fn s(id: &str) -> Scope {
+    Scope::Session(id.into())
+}
+
+/// A store with global items and items of sessions s1 and s2, all interleaved in time and type.
+fn populated() -> (tempfile::TempDir, Store, Vec<ContextItem>) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(dir.path()).expect("open");
+    let mut items = Vec::new();
+    for n in 0..30 {
+        let kind = BUILTIN_TYPES[n % 7];
+        let (id, scope) = match n % 4 {
+            0 => (format!("g_ro{n}"), Scope::GlobalReadonly),
+            1 => (format!("g_rw{n}"), Scope::GlobalWritable),
+            2 => (format!("s1_{n}"), s("s1")),
+            _ => (format!("s2_{n}"), s("s2")),
+        };
+        items.push(scoped(&id, (n as i64) / 2, kind, scope));
+    }
+    store.add(items.clone()).expect("add");
+    (dir, store, items)
+}
+
+fn id_set(items: &[ContextItem]) -> BTreeSet<String> {
+    items.iter().map(|it| it.id.clone()).collect()
+}
+
+fn visible_to(items: &[ContextItem], session: &str) -> BTreeSet<String> {
+    items
+        .iter()
+        .filter(|it| match &it.scope {
+            Scope::Session(owner) => owner == session,
+            _ => true,
+        })
+        .map(|it| it.id.clone())
+        .collect()
+}
+
+fn queries() -> Vec<ContextQuery> {
+    vec![
+        ContextQuery::new(),
+        ContextQuery::new().newest_first(),
+        ContextQuery::new().scopes([s("s2")]),
+        ContextQuery::new().scopes([s("s2"), s("s1")]),
+        ContextQuery::new().scopes([s("s2"), Scope::GlobalReadonly]),
+        ContextQuery::new().types(BUILTIN_TYPES),
+        ContextQuery::new().types(["document_chunk"]).scopes([s("s2")]),
+        ContextQuery::new().time_range(TimeRange::new(TS, TS + 100).expect("range")),
+        ContextQuery::new().content_eq("secret", json!(true)),
+        ContextQuery::new().sources(["sessions"]).limit(1000),
+    ]
+}
+
+#[test]
+fn a_session_never_reads_another_sessions_items() {
+    let (_dir, store, items) = populated();
+    let s1 = store.session("s1").expect("session");
+    let allowed = visible_to(&items, "s1");
+    let s2_ids: BTreeSet<String> = items
+        .iter()
+        .filter(|it| it.scope == s("s2"))
+        .map(|it| it.id.clone())
+        .collect();
+    assert!(!s2_ids.is_empty());
+    for query in queries() {
+        let got = s1.get(&query).expect("get");
+        let got_ids = id_set(&got);
+        assert!(
+            got_ids.is_subset(&allowed),
+            "{query:?} leaked {:?}",
+            got_ids.difference(&allowed)
+        );
+        assert!(got_ids.is_disjoint(&s2_ids), "{query:?}");
+        // Whatever s1 gets is exactly what the store gets for the same query restricted to s1's view.
+        let unrestricted = store.get(&query).expect("get");
+        let expected: Vec<ContextItem> = unrestricted.into_iter().filter(|it| allowed.contains(&it.id)).collect();
+        assert_eq!(got, expected, "{query:?}");
+    }
+    assert_eq!(id_set(&s1.get(&ContextQuery::new()).expect("get")), allowed);
+    assert!(s1.get(&ContextQuery::new().scopes([s("s2")])).expect("get").is_empty());
+    assert!(s1
+        .get(&ContextQuery::new().content_eq("secret", json!(true)))
+        .expect("get")
+        .is_empty());
+    let only_global = s1
+        .get(&ContextQuery::new().scopes([s("s2"), Scope::GlobalReadonly]))
+        .expect("get");
+    assert!(!only_global.is_empty());
+    assert!(only_global.iter().all(|it| it.scope == Scope::GlobalReadonly));
+}
+
+#[test]
+fn another_sessions_item_resolves_like_a_nonexistent_id() {
+    let (_dir, store, items) = populated();
+    let s1 = store.session("s1").expect("session");
+    let theirs = items
+        .iter()
+        .find(|it| it.scope == s("s2"))
+        .expect("an s2 item")
+        .id
+        .clone();
+    let mine = items.iter().find(|it| it.scope == s("s1")).expect("an s1 item").clone();
+    let global = items
+        .iter()
+        .find(|it| it.scope == Scope::GlobalReadonly)
+        .expect("global")
+        .clone();
+    let theirs_v = format!("{theirs}@1");
+    let theirs_other = format!("{theirs}@2");
+    let refs = [
+        theirs.as_str(),
+        "no_such_id",
+        theirs_v.as_str(),
+        "no_such_id@1",
+        theirs_other.as_str(),
+        mine.id.as_str(),
+        global.id.as_str(),
+    ];
+    let resolved = s1.resolve(refs).expect("resolve");
+    for (reference, resolution) in refs.iter().zip(&resolved).take(5) {
+        assert_eq!(
+            resolution,
+            &Resolution::NotFound {
+                reference: (*reference).to_owned()
+            }
+        );
+    }
+    // Byte for byte the same shape as a missing id.
+    let hidden = serde_json::to_string(&resolved[0]).expect("json");
+    let missing = serde_json::to_string(&resolved[1]).expect("json");
+    assert_eq!(hidden.replace(&theirs, "X"), missing.replace("no_such_id", "X"));
+    assert_eq!(resolved[5], Resolution::Found(stored_form(&mine)));
+    assert_eq!(resolved[6], Resolution::Found(stored_form(&global)));
+    // The store itself finds it.
+    assert!(matches!(
+        &store.resolve([theirs.as_str()]).expect("resolve")[0],
+        Resolution::Found(_)
+    ));
+    // And s2 finds it, but not s1's item.
+    let s2 = store.session("s2").expect("session");
+    let from_s2 = s2.resolve([theirs.as_str(), mine.id.as_str()]).expect("resolve");
+    assert!(matches!(from_s2[0], Resolution::Found(_)));
+    assert_eq!(
+        from_s2[1],
+        Resolution::NotFound {
+            reference: mine.id.clone()
+        }
+    );
+}
+
+#[test]
+fn writing_another_sessions_scope_or_global_readonly_is_denied_and_writes_nothing() {
+    let (_dir, store, items) = populated();
+    let s1 = store.session("s1").expect("session");
+    for (position, forbidden) in [(2usize, s("s2")), (0, Scope::GlobalReadonly), (3, s("S1"))] {
+        let seq = store.stats().seq;
+        let versions = store.stats().versions;
+        let mut batch: Vec<ContextItem> = (0..4)
+            .map(|n| scoped(&format!("new{n}"), 500 + n, "message", s("s1")))
+            .collect();
+        batch[1].scope = Scope::GlobalWritable;
+        batch[position].scope = forbidden.clone();
+        let err = s1.add(batch).expect_err("denied");
+        match &err {
+            Error::PermissionDenied { index, reason } => {
+                assert_eq!(*index, Some(position), "{reason}");
+            }
+            other => panic!("expected PermissionDenied for {forbidden:?}, got {other:?}"),
+        }
+        assert_eq!(err.index(), Some(position));
+        assert!(err.to_string().starts_with(&format!("item {position}:")), "{err}");
+        assert_eq!(store.stats().seq, seq);
+        assert_eq!(store.stats().versions, versions);
+        assert_eq!(everything(&store).len(), items.len());
+        let resolved = store.resolve(["new0", "new1", "new2", "new3"]).expect("resolve");
+        assert!(
+            resolved.iter().all(|r| matches!(r, Resolution::NotFound { .. })),
+            "{resolved:?}"
+        );
+    }
+}
+
+#[test]
+fn a_session_writes_its_own_scope_and_global_writable() {
+    let (_dir, store, items) = populated();
+    let s1 = store.session("s1").expect("session");
+    let own = scoped("s1_new", 900, "tool_result", s("s1"));
+    let shared = scoped("shared_new", 901, "tool_result", Scope::GlobalWritable);
+    let outcomes = s1.add([own.clone(), shared.clone()]).expect("allowed writes");
+    assert!(
+        outcomes.iter().all(|o| matches!(o, AddOutcome::Added { .. })),
+        "{outcomes:?}"
+    );
+    let recent = ContextQuery::new().time_range(TimeRange::new(TS + 900, TS + 901).expect("range"));
+    assert_eq!(
+        s1.get(&recent).expect("get"),
+        vec![stored_form(&own), stored_form(&shared)]
+    );
+    let s2 = store.session("s2").expect("session");
+    assert_eq!(s2.get(&recent).expect("get"), vec![stored_form(&shared)]);
+    assert_eq!(
+        store.get(&recent).expect("get"),
+        vec![stored_form(&own), stored_form(&shared)]
+    );
+    assert_eq!(everything(&store).len(), items.len() + 2);
+}
+
+#[test]
+fn session_snapshots_keep_their_sessions_visibility() {
+    let (_dir, store, items) = populated();
+    let s1 = store.session("s1").expect("session");
+    let snap = s1.snapshot();
+    assert_eq!(snap.session(), Some("s1"));
+    let theirs = items.iter().find(|it| it.scope == s("s2")).expect("s2 item").id.clone();
+    // Later writes by s2 and the store do not show up, and s2's items never do.
+    store
+        .session("s2")
+        .expect("session")
+        .add([scoped("s2_late", 999, "message", s("s2"))])
+        .expect("s2 writes");
+    store
+        .add([scoped("g_late", 999, "message", Scope::GlobalReadonly)])
+        .expect("store writes");
+    let allowed = visible_to(&items, "s1");
+    for query in queries() {
+        let got = id_set(&snap.get(&query).expect("get"));
+        assert!(got.is_subset(&allowed), "{query:?}");
+    }
+    assert_eq!(id_set(&snap.get(&ContextQuery::new()).expect("get")), allowed);
+    assert_eq!(
+        snap.resolve([theirs.as_str(), "s2_late", "g_late"]).expect("resolve"),
+        vec![
+            Resolution::NotFound { reference: theirs },
+            Resolution::NotFound {
+                reference: "s2_late".into()
+            },
+            Resolution::NotFound {
+                reference: "g_late".into()
+            },
+        ]
+    );
+    // A new s1 snapshot sees the new global item but still not s2's.
+    let now = id_set(&s1.snapshot().get(&ContextQuery::new()).expect("get"));
+    assert!(now.contains("g_late") && !now.contains("s2_late"));
+}
+
+#[test]
+fn the_store_handle_sees_every_scope() {
+    let (_dir, store, items) = populated();
+    assert_eq!(id_set(&everything(&store)), id_set(&items));
+    let snap = store.snapshot();
+    assert_eq!(snap.session(), None);
+    assert_eq!(id_set(&snap.get(&ContextQuery::new()).expect("get")), id_set(&items));
+    let s2_only = store.get(&ContextQuery::new().scopes([s("s2")])).expect("get");
+    assert!(!s2_only.is_empty());
+    assert!(s2_only.iter().all(|it| it.scope == s("s2")));
+    let refs: Vec<&str> = items.iter().map(|it| it.id.as_str()).collect();
+    let resolved = store.resolve(&refs).expect("resolve");
+    for (item, resolution) in items.iter().zip(&resolved) {
+        assert_eq!(found(resolution), &stored_form(item));
+    }
+}
