@@ -119,6 +119,16 @@ pub enum Error {
         /// The failure that poisoned the store.
         reason: String,
     },
+    /// A receipt's answer differs from what its pinned snapshot answers now.
+    #[error("receipt answer {position} differs: the receipt says {expected}, the snapshot now answers {found}")]
+    ReceiptMismatch {
+        /// The position of the answer in the receipt.
+        position: usize,
+        /// The answer the receipt recorded.
+        expected: String,
+        /// The answer given now.
+        found: String,
+    },
     /// The store is shutting down.
     #[error("the store is closed")]
     Closed,

@@ -32,7 +32,6 @@ pub(crate) struct VersionEntry {
     pub(crate) seq_created: u64,
     pub(crate) seq_ended: u64,
     /// The item's timestamp: with the slot, the key of its entries in the ordered sets.
-    #[allow(dead_code, reason = "compaction removes set entries by this key")]
     pub(crate) timestamp: i64,
     pub(crate) expires_at: i64,
     pub(crate) hash: [u8; 32],
@@ -45,9 +44,31 @@ pub(crate) struct VersionEntry {
     pub(crate) kind: u16,
     pub(crate) scope: u32,
     pub(crate) source: u32,
+    pub(crate) state: VersionState,
+}
+
+/// What is stored of a version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum VersionState {
+    /// Its whole record, content included.
+    Stored,
+    /// Compaction reclaimed its content; its (id, version, hash) is remembered in a retired record.
+    Retired,
+    /// Compaction dropped it entirely (a deleted history); the slot is unused.
+    Forgotten,
 }
 
 impl VersionEntry {
+    /// Whether compaction reclaimed this version's content.
+    pub(crate) fn is_retired(&self) -> bool {
+        self.state == VersionState::Retired
+    }
+
+    /// Whether the version's record, content included, is stored.
+    pub(crate) fn is_stored(&self) -> bool {
+        self.state == VersionState::Stored
+    }
+
     /// Whether a view at `seq` sees this version.
     pub(crate) fn visible_at(&self, seq: u64) -> bool {
         self.seq_created <= seq && seq < self.seq_ended
@@ -127,10 +148,22 @@ pub(crate) struct Index {
     pub(crate) seq: u64,
     /// Ids with a version that is visible now (ignoring expiry).
     pub(crate) live_ids: u64,
+    /// Pinned snapshots by name.
+    pub(crate) pins: BTreeMap<String, PinInfo>,
+    /// Slots compaction emptied.
+    pub(crate) forgotten: u64,
     /// Heap bytes of version strings, for the memory estimate.
     version_string_bytes: u64,
     /// Heap bytes of id strings, for the memory estimate.
     id_string_bytes: u64,
+}
+
+/// A pinned snapshot as the log records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PinInfo {
+    pub(crate) seq: u64,
+    pub(crate) taken_at: i64,
+    pub(crate) session: Option<Arc<str>>,
 }
 
 /// What a view at some sequence number sees of one id.
@@ -175,59 +208,76 @@ impl Index {
             .filter(move |version| version.generation == generation)
     }
 
-    /// Records a new version stored at `location` by the batch with sequence number `seq`.
-    pub(crate) fn apply_put(&mut self, seq: u64, put: &PutView<'_>, location: Location) {
+    /// The position of id `name`, creating its entry if it is new.
+    fn id_position(&mut self, name: &str) -> u32 {
+        if let Some(id) = self.by_name.get(name) {
+            return *id;
+        }
+        let id = u32::try_from(self.ids.len()).unwrap_or(u32::MAX);
+        let name: Arc<str> = Arc::from(name);
+        self.id_string_bytes += name.len() as u64;
+        self.by_name.insert(Arc::clone(&name), id);
+        self.ids.push(IdEntry {
+            name,
+            versions: Vec::new(),
+            deletes: 0,
+        });
+        id
+    }
+
+    /// Appends a version of id `name` created by batch `seq`; it ends the id's open version.
+    fn push_version(&mut self, seq: u64, name: &str, mut version: VersionEntry) -> u32 {
         let slot = u32::try_from(self.slots.len()).unwrap_or(u32::MAX);
-        let id = match self.by_name.get(put.id) {
-            Some(id) => *id,
-            None => {
-                let id = u32::try_from(self.ids.len()).unwrap_or(u32::MAX);
-                let name: Arc<str> = Arc::from(put.id);
-                self.id_string_bytes += name.len() as u64;
-                self.by_name.insert(Arc::clone(&name), id);
-                self.ids.push(IdEntry {
-                    name,
-                    versions: Vec::new(),
-                    deletes: 0,
-                });
-                id
-            }
-        };
+        let id = self.id_position(name);
         let Some(entry) = self.ids.get_mut(usize::try_from(id).unwrap_or(usize::MAX)) else {
-            return;
+            return slot;
         };
-        let generation = entry.deletes;
-        let mut had_live = false;
+        version.id = id;
+        version.generation = entry.deletes;
+        let mut ended_live = false;
         if let Some(last) = entry.versions.last() {
             if let Some(previous) = self.slots.get_mut(usize::try_from(*last).unwrap_or(usize::MAX)) {
                 if previous.seq_ended == SEQ_OPEN {
                     previous.seq_ended = seq;
-                    had_live = true;
+                    ended_live = !previous.is_retired();
                 }
             }
         }
         entry.versions.push(slot);
-        if !had_live {
-            self.live_ids += 1;
+        match (ended_live, version.is_retired()) {
+            (false, false) => self.live_ids += 1,
+            (true, true) => self.live_ids = self.live_ids.saturating_sub(1),
+            _ => {}
         }
+        self.version_string_bytes += version.version.len() as u64;
+        self.slots.push(version);
+        slot
+    }
+
+    /// Records a new version stored at `location` by the batch with sequence number `seq`.
+    pub(crate) fn apply_put(&mut self, seq: u64, put: &PutView<'_>, location: Location) {
         let kind = u16::try_from(self.kinds.intern(&Box::from(put.kind))).unwrap_or(u16::MAX);
         let scope = self.scopes.intern(&put.scope.to_scope());
         let source = self.sources.intern(&Box::from(put.source));
-        self.version_string_bytes += put.version.len() as u64;
-        self.slots.push(VersionEntry {
-            seq_created: seq,
-            seq_ended: SEQ_OPEN,
-            timestamp: put.timestamp,
-            expires_at: put.expires_at().unwrap_or(NEVER_EXPIRES),
-            hash: put.hash,
-            version: Box::from(put.version),
-            location,
-            id,
-            generation,
-            kind,
-            scope,
-            source,
-        });
+        let slot = self.push_version(
+            seq,
+            put.id,
+            VersionEntry {
+                seq_created: seq,
+                seq_ended: SEQ_OPEN,
+                timestamp: put.timestamp,
+                expires_at: put.expires_at().unwrap_or(NEVER_EXPIRES),
+                hash: put.hash,
+                version: Box::from(put.version),
+                location,
+                id: 0,
+                generation: 0,
+                kind,
+                scope,
+                source,
+                state: VersionState::Stored,
+            },
+        );
         let key = (put.timestamp, slot);
         let kind_index = usize::from(kind);
         if self.by_type.len() <= kind_index {
@@ -244,6 +294,29 @@ impl Index {
             set.insert(key);
         }
         self.by_time.insert(key);
+    }
+
+    /// Records a retired version (content reclaimed, identity remembered) replayed from the log.
+    pub(crate) fn apply_retired(&mut self, seq: u64, id: &str, version: &str, hash: [u8; 32], location: Location) {
+        self.push_version(
+            seq,
+            id,
+            VersionEntry {
+                seq_created: seq,
+                seq_ended: SEQ_OPEN,
+                timestamp: 0,
+                expires_at: NEVER_EXPIRES,
+                hash,
+                version: Box::from(version),
+                location,
+                id: 0,
+                generation: 0,
+                kind: 0,
+                scope: 0,
+                source: 0,
+                state: VersionState::Retired,
+            },
+        );
     }
 
     /// Records a tombstone of `name` by the batch `seq`; returns whether the id had a current history.
@@ -263,11 +336,69 @@ impl Index {
             if let Some(previous) = self.slots.get_mut(usize::try_from(*last).unwrap_or(usize::MAX)) {
                 if previous.seq_ended == SEQ_OPEN {
                     previous.seq_ended = seq;
-                    self.live_ids = self.live_ids.saturating_sub(1);
+                    if !previous.is_retired() {
+                        self.live_ids = self.live_ids.saturating_sub(1);
+                    }
                 }
             }
         }
         true
+    }
+
+    /// Removes a stored version's entries from the ordered sets.
+    fn unlink_from_sets(&mut self, slot: u32) {
+        let Some(version) = self.slot(slot) else { return };
+        if version.state != VersionState::Stored {
+            return;
+        }
+        let key = (version.timestamp, slot);
+        let (kind, scope) = (
+            usize::from(version.kind),
+            usize::try_from(version.scope).unwrap_or(usize::MAX),
+        );
+        if let Some(set) = self.by_type.get_mut(kind) {
+            set.remove(&key);
+        }
+        if let Some(set) = self.by_scope.get_mut(scope) {
+            set.remove(&key);
+        }
+        self.by_time.remove(&key);
+    }
+
+    /// Compaction moved a version's record (stored or retired) to `location`.
+    pub(crate) fn relocate(&mut self, slot: u32, location: Location) {
+        if let Some(version) = self.slots.get_mut(usize::try_from(slot).unwrap_or(usize::MAX)) {
+            version.location = location;
+        }
+    }
+
+    /// Compaction reclaimed a version's content but the store still remembers its identity; the
+    /// retired record is at `location`.
+    pub(crate) fn retire(&mut self, slot: u32, location: Location) {
+        self.unlink_from_sets(slot);
+        let Some(version) = self.slots.get_mut(usize::try_from(slot).unwrap_or(usize::MAX)) else {
+            return;
+        };
+        if version.state == VersionState::Stored && version.seq_ended == SEQ_OPEN {
+            self.live_ids = self.live_ids.saturating_sub(1);
+        }
+        version.state = VersionState::Retired;
+        version.location = location;
+    }
+
+    /// Compaction dropped every trace of a version of a closed history.
+    pub(crate) fn forget(&mut self, slot: u32) {
+        self.unlink_from_sets(slot);
+        let Some(version) = self.slots.get_mut(usize::try_from(slot).unwrap_or(usize::MAX)) else {
+            return;
+        };
+        version.state = VersionState::Forgotten;
+        version.version = Box::from("");
+        let id = version.id;
+        if let Some(entry) = self.ids.get_mut(usize::try_from(id).unwrap_or(usize::MAX)) {
+            entry.versions.retain(|s| *s != slot);
+        }
+        self.forgotten += 1;
     }
 
     /// An estimate of the heap and inline bytes the index uses, and the formula's parts.

@@ -30,6 +30,7 @@
 #![warn(missing_docs)]
 
 mod clock;
+mod compaction;
 mod error;
 mod index;
 mod item;
@@ -42,10 +43,11 @@ mod store;
 mod time;
 
 pub use crate::clock::{Clock, ManualClock, SystemClock};
+pub use crate::compaction::CompactionReport;
 pub use crate::error::{Error, Result};
 pub use crate::item::{canonical_json, ContextItem, Scope, TypeSpec};
 pub use crate::query::{ContextQuery, IndexUsed, QueryStats};
 pub use crate::recovery::RecoveryStats;
-pub use crate::snapshot::{Resolution, Snapshot};
+pub use crate::snapshot::{Receipt, ReceiptAnswer, Resolution, Snapshot, SnapshotInfo};
 pub use crate::store::{AddOutcome, Durability, Options, Problem, SessionView, Stats, Store, VerifyReport};
 pub use crate::time::{format_rfc3339, TimeRange};

@@ -12,7 +12,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::index::{Index, Location};
+use crate::index::{Index, Location, PinInfo};
 use crate::item::TypeSpec;
 use crate::log::record::{decode_batch, read_frame, FrameError, RecordView, FRAME_HEADER_BYTES, FRAME_KIND_BATCH};
 use crate::log::segment::{
@@ -58,14 +58,21 @@ pub(crate) enum ScanEnd {
 }
 
 /// Walks the frames of a segment's bytes from the header on, calling `on_frame(seq, offset, payload)`
-/// for each whole frame whose seq is the expected next one. `newest` says whether a bad frame may be
-/// a torn tail (when no valid frame follows it).
-pub(crate) fn scan_frames(bytes: &[u8], next_seq: &mut u64, newest: bool, on_frame: &mut FrameVisitor<'_>) -> ScanEnd {
+/// for each whole frame whose seq is the expected next one (or, with `allow_gaps`, any later one: a
+/// segment rewritten by compaction lacks the frames it emptied). `newest` says whether a bad frame may
+/// be a torn tail (when no valid frame follows it).
+pub(crate) fn scan_frames(
+    bytes: &[u8],
+    next_seq: &mut u64,
+    newest: bool,
+    allow_gaps: bool,
+    on_frame: &mut FrameVisitor<'_>,
+) -> ScanEnd {
     let mut offset = SEGMENT_HEADER_BYTES;
     while offset < bytes.len() {
         let rest = bytes.get(offset..).unwrap_or_default();
         let failure = match read_frame(rest) {
-            Ok((header, payload)) if header.seq == *next_seq => {
+            Ok((header, payload)) if header.seq == *next_seq || (allow_gaps && header.seq > *next_seq) => {
                 if let Err(reason) = on_frame(header.seq, offset, payload) {
                     return ScanEnd::Bad {
                         offset,
@@ -73,7 +80,7 @@ pub(crate) fn scan_frames(bytes: &[u8], next_seq: &mut u64, newest: bool, on_fra
                         torn: false,
                     };
                 }
-                *next_seq += 1;
+                *next_seq = header.seq + 1;
                 offset += FRAME_HEADER_BYTES + payload.len();
                 continue;
             }
@@ -106,6 +113,16 @@ fn valid_frame_after(bytes: &[u8], from: usize, expected_seq: u64) -> bool {
     })
 }
 
+/// The location of a record `start` bytes into the payload of the frame at `frame_offset`.
+fn location_of(segment: u32, frame_offset: usize, start: usize, len: usize) -> Result<Location, String> {
+    let offset = frame_offset + FRAME_HEADER_BYTES + start;
+    Ok(Location {
+        segment,
+        offset: u32::try_from(offset).map_err(|_| "record offset overflow".to_owned())?,
+        len: u32::try_from(len).map_err(|_| "record length overflow".to_owned())?,
+    })
+}
+
 /// Applies one replayed batch to the index.
 fn replay_batch(index: &mut Index, seq: u64, segment: u32, frame_offset: usize, payload: &[u8]) -> Result<u64, String> {
     let records = decode_batch(payload).map_err(|e| e.0)?;
@@ -119,13 +136,29 @@ fn replay_batch(index: &mut Index, seq: u64, segment: u32, frame_offset: usize, 
                 {
                     return Err(format!("item {:?} version {:?} is stored twice", put.id, put.version));
                 }
-                let offset = frame_offset + FRAME_HEADER_BYTES + start;
-                let location = Location {
-                    segment,
-                    offset: u32::try_from(offset).map_err(|_| "record offset overflow".to_owned())?,
-                    len: u32::try_from(len).map_err(|_| "record length overflow".to_owned())?,
+                index.apply_put(seq, &put, location_of(segment, frame_offset, start, len)?);
+            }
+            RecordView::Retired { id, version, hash } => {
+                if index.current_history(id).any(|entry| &*entry.version == version) {
+                    return Err(format!("item {id:?} version {version:?} is stored twice"));
+                }
+                index.apply_retired(seq, id, version, hash, location_of(segment, frame_offset, start, len)?);
+            }
+            RecordView::Pin {
+                name,
+                seq: pinned_seq,
+                taken_at,
+                session,
+            } => {
+                let pin = PinInfo {
+                    seq: pinned_seq,
+                    taken_at,
+                    session: session.map(Arc::from),
                 };
-                index.apply_put(seq, &put, location);
+                index.pins.insert(name.to_owned(), pin);
+            }
+            RecordView::Unpin { name } => {
+                index.pins.remove(name);
             }
             RecordView::Delete { id } => {
                 index.apply_delete(seq, id);
@@ -168,6 +201,7 @@ pub(crate) fn recover(dir: &Path) -> Result<Recovered> {
 
     let mut index = Index::default();
     let mut next_seq = 1u64;
+    let mut previous_rewritten = false;
     let mut active = None;
     let count = numbers.len();
     for (position, number) in numbers.iter().copied().enumerate() {
@@ -201,7 +235,9 @@ pub(crate) fn recover(dir: &Path) -> Result<Recovered> {
                 format!("header says segment {}, file name says {number}", header.number),
             ));
         }
-        if header.base_seq != next_seq {
+        // A rewritten segment may have lost its last frames: the next one may start later.
+        let continues = header.base_seq == next_seq || (previous_rewritten && header.base_seq > next_seq);
+        if !continues {
             return Err(corrupt(
                 16,
                 format!(
@@ -211,13 +247,21 @@ pub(crate) fn recover(dir: &Path) -> Result<Recovered> {
                 ),
             ));
         }
+        next_seq = header.base_seq;
+        previous_rewritten = header.rewrites > 0;
         let mut frames = 0u64;
         let mut records = 0u64;
-        let end = match scan_frames(&bytes, &mut next_seq, newest, &mut |seq, offset, payload| {
-            frames += 1;
-            records += replay_batch(&mut index, seq, number, offset, payload)?;
-            Ok(())
-        }) {
+        let end = match scan_frames(
+            &bytes,
+            &mut next_seq,
+            newest,
+            header.rewrites > 0,
+            &mut |seq, offset, payload| {
+                frames += 1;
+                records += replay_batch(&mut index, seq, number, offset, payload)?;
+                Ok(())
+            },
+        ) {
             ScanEnd::Clean { end } => end,
             ScanEnd::Bad {
                 offset,

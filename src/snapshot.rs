@@ -4,11 +4,13 @@
 use std::sync::Arc;
 
 use serde::Serialize;
+use sha2::Digest;
 
 use crate::error::{Error, Result};
 use crate::index::{Index, VersionEntry};
-use crate::item::{content_hash, validate_name, validate_version, ContextItem};
+use crate::item::{canonical_json, content_hash, format_hash, validate_name, validate_version, ContextItem};
 use crate::log::record::{decode_record, RecordView};
+use crate::log::writer::Op;
 use crate::query::{self, scope_visible, ContextQuery, QueryStats, ViewBounds};
 use crate::store::Shared;
 
@@ -100,14 +102,27 @@ pub(crate) fn read_item(index: &Index, version: &VersionEntry) -> Result<Context
     put.to_item().map_err(|e| damaged(e.0))
 }
 
-/// A read view fixed at a sequence number and a clock time. Later adds, deletes and expiries never
-/// change its answers; TTL is judged at [`Snapshot::taken_at`].
+/// Keeps compaction from reclaiming what a live snapshot handle sees, until the last clone drops.
+struct Registration {
+    shared: Arc<Shared>,
+    seq: u64,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        self.shared.unregister_snapshot(self.seq);
+    }
+}
+
+/// A read view fixed at a sequence number and a clock time. Later adds, deletes, expiries and
+/// compactions never change its answers; TTL is judged at [`Snapshot::taken_at`].
 #[derive(Clone)]
 pub struct Snapshot {
     pub(crate) shared: Arc<Shared>,
     pub(crate) seq: u64,
     pub(crate) taken_at: i64,
     pub(crate) session: Option<Arc<str>>,
+    _registration: Option<Arc<Registration>>,
 }
 
 impl std::fmt::Debug for Snapshot {
@@ -120,7 +135,176 @@ impl std::fmt::Debug for Snapshot {
     }
 }
 
+/// A pinned snapshot, as [`crate::Store::snapshots`] lists it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct SnapshotInfo {
+    /// The pin's name.
+    pub name: String,
+    /// The sequence number the snapshot is fixed at.
+    pub seq: u64,
+    /// The clock time it judges TTL at.
+    pub taken_at: i64,
+    /// The session it is restricted to, if it was taken through a session view.
+    pub session: Option<String>,
+    /// Bytes of records that it keeps stored although the current state no longer needs them.
+    pub bytes_kept: u64,
+}
+
+/// Proof of what a resolve answered: the snapshot and, for each reference, the (id, version, hash)
+/// of the answer. [`crate::Store::replay`] turns it back into the identical answers while the
+/// snapshot is pinned.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Receipt {
+    /// The snapshot's sequence number.
+    pub seq: u64,
+    /// The snapshot's clock time.
+    pub taken_at: i64,
+    /// The session the snapshot is restricted to, if any.
+    pub session: Option<String>,
+    /// One answer per reference, in order.
+    pub answers: Vec<ReceiptAnswer>,
+}
+
+/// One answer of a [`Receipt`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct ReceiptAnswer {
+    /// The reference as given.
+    pub reference: String,
+    /// `found`, `not_found`, `expired`, `superseded` or `hash_mismatch`.
+    pub status: String,
+    /// The id answered (for `superseded`, the latest version's).
+    pub id: Option<String>,
+    /// The version answered.
+    pub version: Option<String>,
+    /// The hash of the content answered.
+    pub hash: Option<String>,
+}
+
+impl ReceiptAnswer {
+    fn of(reference: &str, resolution: &Resolution) -> ReceiptAnswer {
+        let (status, item, id) = match resolution {
+            Resolution::Found(item) => ("found", Some(item), None),
+            Resolution::NotFound { .. } => ("not_found", None, None),
+            Resolution::Expired { id, .. } => ("expired", None, Some(id)),
+            Resolution::Superseded { latest, .. } => ("superseded", Some(latest), None),
+            Resolution::HashMismatch { id } => ("hash_mismatch", None, Some(id)),
+        };
+        ReceiptAnswer {
+            reference: reference.to_owned(),
+            status: status.to_owned(),
+            id: item.map(|item| item.id.clone()).or_else(|| id.cloned()),
+            version: item.map(|item| item.version.clone()),
+            hash: item.and_then(|item| item.hash.clone()),
+        }
+    }
+}
+
 impl Snapshot {
+    /// A view at `at` (sequence number and time), or at now; `register` makes compaction keep what
+    /// it sees for as long as the handle (or a clone) lives.
+    pub(crate) fn new(shared: &Arc<Shared>, at: Option<(u64, i64)>, session: Option<Arc<str>>, register: bool) -> Self {
+        // Reading the sequence number and registering under the index lock orders this view before
+        // or after any compaction step, never in the middle of one.
+        let index = shared.read_index();
+        let (seq, taken_at) = at.unwrap_or_else(|| (index.seq, shared.clock.now()));
+        let registration = register.then(|| {
+            shared.register_snapshot(seq);
+            Arc::new(Registration {
+                shared: Arc::clone(shared),
+                seq,
+            })
+        });
+        drop(index);
+        Snapshot {
+            shared: Arc::clone(shared),
+            seq,
+            taken_at,
+            session,
+            _registration: registration,
+        }
+    }
+
+    /// The snapshot pinned under `name`.
+    pub(crate) fn open_pinned(shared: &Arc<Shared>, name: &str) -> Result<Snapshot> {
+        let pin = shared
+            .read_index()
+            .pins
+            .get(name)
+            .cloned()
+            .ok_or_else(|| Error::SnapshotNotFound { name: name.to_owned() })?;
+        Ok(Snapshot::new(shared, Some((pin.seq, pin.taken_at)), pin.session, true))
+    }
+
+    /// Pins this snapshot under `name` (a session view's snapshot keeps its session's visibility).
+    ///
+    /// # Errors
+    /// `Invalid` if the name breaks the id rules or is already pinned; `Poisoned` or `Io` if the pin
+    /// cannot be written.
+    pub fn pin(&self, name: &str) -> Result<SnapshotInfo> {
+        validate_name("name", name)?;
+        let op = Op::Pin {
+            name: name.to_owned(),
+            seq: self.seq,
+            taken_at: self.taken_at,
+            session: self.session.clone(),
+        };
+        self.shared.submit(vec![op])?;
+        Ok(pinned(&self.shared)
+            .into_iter()
+            .find(|info| info.name == name)
+            .unwrap_or(SnapshotInfo {
+                name: name.to_owned(),
+                seq: self.seq,
+                taken_at: self.taken_at,
+                session: self.session.as_deref().map(str::to_owned),
+                bytes_kept: 0,
+            }))
+    }
+
+    /// One SHA-256 over the canonical JSON of every item this snapshot shows, ordered by (id,
+    /// version), each followed by a newline: `"sha256:" + 64 hex`. An auditor can check later that
+    /// nothing the snapshot shows has changed.
+    ///
+    /// # Errors
+    /// As [`Snapshot::get`].
+    pub fn digest(&self) -> Result<String> {
+        let mut items = self.get(&ContextQuery::new())?;
+        items.sort_by(|a, b| (&a.id, &a.version).cmp(&(&b.id, &b.version)));
+        let mut hasher = sha2::Sha256::new();
+        for item in &items {
+            let value = serde_json::to_value(item).map_err(|e| Error::invalid("item", e.to_string()))?;
+            hasher.update(canonical_json(&value));
+            hasher.update(b"\n");
+        }
+        let digest: [u8; 32] = hasher.finalize().into();
+        Ok(format_hash(&digest))
+    }
+
+    /// Resolves `refs` as [`Snapshot::resolve`] does, and returns a [`Receipt`] of the answers.
+    ///
+    /// # Errors
+    /// As [`Snapshot::resolve`].
+    pub fn resolve_with_receipt<I, R>(&self, refs: I) -> Result<(Vec<Resolution>, Receipt)>
+    where
+        I: IntoIterator<Item = R>,
+        R: AsRef<str>,
+    {
+        let refs: Vec<String> = refs.into_iter().map(|r| r.as_ref().to_owned()).collect();
+        let answers = self.resolve(&refs)?;
+        let receipt = Receipt {
+            seq: self.seq,
+            taken_at: self.taken_at,
+            session: self.session.as_deref().map(str::to_owned),
+            answers: refs
+                .iter()
+                .zip(&answers)
+                .map(|(r, a)| ReceiptAnswer::of(r, a))
+                .collect(),
+        };
+        Ok((answers, receipt))
+    }
+
     /// The sequence number this view is fixed at.
     #[must_use]
     pub fn seq(&self) -> u64 {
@@ -198,6 +382,10 @@ impl Snapshot {
             return not_found();
         };
         let latest = visible.version;
+        // A retired version's content was reclaimed: nothing is stored to answer with.
+        if !latest.is_stored() {
+            return not_found();
+        }
         let scope_allowed = index
             .scopes
             .value(latest.scope)
@@ -243,6 +431,62 @@ impl Snapshot {
             _ => Ok(read(latest)?.map_or_else(|mismatch| mismatch, Resolution::Found)),
         }
     }
+}
+
+/// Every pinned snapshot, with the bytes of records it keeps that the current state does not need.
+pub(crate) fn pinned(shared: &Shared) -> Vec<SnapshotInfo> {
+    let index = shared.read_index();
+    let now = shared.clock.now();
+    index
+        .pins
+        .iter()
+        .map(|(name, pin)| {
+            let bytes_kept = index
+                .slots
+                .iter()
+                .filter(|v| v.is_stored() && v.visible_at(pin.seq))
+                .filter(|v| !v.visible_at(index.seq) || v.expired_at(now))
+                .map(|v| u64::from(v.location.len))
+                .sum();
+            SnapshotInfo {
+                name: name.clone(),
+                seq: pin.seq,
+                taken_at: pin.taken_at,
+                session: pin.session.as_deref().map(str::to_owned),
+                bytes_kept,
+            }
+        })
+        .collect()
+}
+
+/// Resolves a receipt's references again through the pinned snapshot it came from.
+pub(crate) fn replay(shared: &Arc<Shared>, receipt: &Receipt) -> Result<Vec<Resolution>> {
+    let name = shared
+        .read_index()
+        .pins
+        .iter()
+        .find(|(_, pin)| {
+            pin.seq == receipt.seq
+                && pin.taken_at == receipt.taken_at
+                && pin.session.as_deref() == receipt.session.as_deref()
+        })
+        .map(|(name, _)| name.clone())
+        .ok_or_else(|| Error::SnapshotNotFound {
+            name: format!("(none pinned at seq {} taken at {})", receipt.seq, receipt.taken_at),
+        })?;
+    let snapshot = Snapshot::open_pinned(shared, &name)?;
+    let answers = snapshot.resolve(receipt.answers.iter().map(|answer| answer.reference.as_str()))?;
+    for (position, (expected, answer)) in receipt.answers.iter().zip(&answers).enumerate() {
+        let found = ReceiptAnswer::of(&expected.reference, answer);
+        if &found != expected {
+            return Err(Error::ReceiptMismatch {
+                position,
+                expected: format!("{expected:?}"),
+                found: format!("{found:?}"),
+            });
+        }
+    }
+    Ok(answers)
 }
 
 /// Splits `id@version`, validating both parts.

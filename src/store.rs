@@ -1,6 +1,7 @@
 //! [`Store`], [`Options`] and [`SessionView`]: the public handle over the log, the index and the
 //! writer thread.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -11,6 +12,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Sender;
 
 use crate::clock::{Clock, SystemClock};
+use crate::compaction::{self, CompactionReport};
 use crate::error::{Error, Result};
 use crate::index::Index;
 use crate::item::{content_hash, validate_item, validate_name, ContextItem, Scope, TypeRegistry, TypeSpec};
@@ -23,7 +25,7 @@ use crate::log::segment::{read_whole, SegmentHeader};
 use crate::log::writer::{Command, Op, OpOutcome, Writer};
 use crate::query::{ContextQuery, QueryStats};
 use crate::recovery::{recover, scan_frames, RecoveryStats, ScanEnd};
-use crate::snapshot::{Resolution, Snapshot};
+use crate::snapshot::{Receipt, Resolution, Snapshot, SnapshotInfo};
 
 /// When `add` may return relative to the fsync of its batch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -218,6 +220,12 @@ pub(crate) struct Shared {
     pub(crate) clock: Arc<dyn Clock>,
     queries: AtomicU64,
     examined: AtomicU64,
+    /// The writer thread's queue; taken (closed) when the store handle closes.
+    commands: Mutex<Option<Sender<Command>>>,
+    /// Sequence numbers of live snapshot handles, with how many handles hold each.
+    live_snapshots: Mutex<BTreeMap<u64, usize>>,
+    /// Held while a compaction runs: one at a time.
+    pub(crate) compaction: Mutex<()>,
 }
 
 impl Shared {
@@ -239,6 +247,51 @@ impl Shared {
         *self.registry.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(registry);
     }
 
+    /// Hands a batch of operations to the writer thread and waits for its outcome.
+    pub(crate) fn submit(&self, ops: Vec<Op>) -> Result<Vec<OpOutcome>> {
+        let (reply, answer) = crossbeam_channel::bounded(1);
+        self.send(Command::Write { ops, reply })?;
+        answer.recv().map_err(|_| Error::Closed)?
+    }
+
+    pub(crate) fn send(&self, command: Command) -> Result<()> {
+        let commands = self.commands.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let sender = commands.as_ref().ok_or(Error::Closed)?;
+        sender.send(command).map_err(|_| Error::Closed)
+    }
+
+    /// Counts a live snapshot handle at `seq`, so that compaction keeps what it sees.
+    pub(crate) fn register_snapshot(&self, seq: u64) {
+        *self
+            .live_snapshots
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry(seq)
+            .or_insert(0) += 1;
+    }
+
+    pub(crate) fn unregister_snapshot(&self, seq: u64) {
+        let mut live = self
+            .live_snapshots
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(count) = live.get_mut(&seq) {
+            *count -= 1;
+            if *count == 0 {
+                live.remove(&seq);
+            }
+        }
+    }
+
+    pub(crate) fn live_snapshot_seqs(&self) -> BTreeSet<u64> {
+        self.live_snapshots
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .keys()
+            .copied()
+            .collect()
+    }
+
     pub(crate) fn count_query(&self, examined: u64) {
         self.queries.fetch_add(1, Ordering::Relaxed);
         self.examined.fetch_add(examined, Ordering::Relaxed);
@@ -247,8 +300,9 @@ impl Shared {
 
 struct StoreInner {
     shared: Arc<Shared>,
-    commands: Mutex<Option<Sender<Command>>>,
     writer: Mutex<Option<JoinHandle<()>>>,
+    /// The background compactor: dropping the sender stops it.
+    compactor: Mutex<Option<(Sender<()>, JoinHandle<()>)>>,
     options: Options,
     recovery: RecoveryStats,
     _lock: File,
@@ -257,8 +311,20 @@ struct StoreInner {
 impl Drop for StoreInner {
     fn drop(&mut self) {
         // Closing the channel lets the writer finish what is queued, sync and exit.
+        if let Some((stop, handle)) = self
+            .compactor
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+        {
+            drop(stop);
+            if handle.join().is_err() {
+                tracing::error!("the compactor thread panicked");
+            }
+        }
         drop(
-            self.commands
+            self.shared
+                .commands
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .take(),
@@ -348,6 +414,9 @@ impl Store {
             clock: Arc::clone(&options.clock),
             queries: AtomicU64::new(0),
             examined: AtomicU64::new(0),
+            commands: Mutex::new(None),
+            live_snapshots: Mutex::new(BTreeMap::new()),
+            compaction: Mutex::new(()),
         });
         let (sender, receiver) = crossbeam_channel::unbounded();
         let writer = Writer {
@@ -366,11 +435,20 @@ impl Store {
             .name("ctxlog-writer".into())
             .spawn(move || writer.run(&receiver))
             .map_err(|e| Error::io("starting the writer thread", e))?;
+        *shared
+            .commands
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(sender);
+        let compactor = if options.auto_compact {
+            Some(start_compactor(Arc::clone(&shared))?)
+        } else {
+            None
+        };
         Ok(Store {
             inner: Arc::new(StoreInner {
                 shared,
-                commands: Mutex::new(Some(sender)),
                 writer: Mutex::new(Some(handle)),
+                compactor: Mutex::new(compactor),
                 options,
                 recovery: recovered.stats,
                 _lock: lock,
@@ -385,17 +463,7 @@ impl Store {
     }
 
     fn submit(&self, ops: Vec<Op>) -> Result<Vec<OpOutcome>> {
-        let (reply, answer) = crossbeam_channel::bounded(1);
-        {
-            let commands = self
-                .inner
-                .commands
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let sender = commands.as_ref().ok_or(Error::Closed)?;
-            sender.send(Command::Write { ops, reply }).map_err(|_| Error::Closed)?;
-        }
-        answer.recv().map_err(|_| Error::Closed)?
+        self.inner.shared.submit(ops)
     }
 
     /// Adds `items` as one atomic batch: every item is validated first, and if any is refused nothing
@@ -483,33 +551,88 @@ impl Store {
     /// `Poisoned` after an earlier failure; `Io` if the fsync fails.
     pub fn flush(&self) -> Result<()> {
         let (reply, answer) = crossbeam_channel::bounded(1);
-        {
-            let commands = self
-                .inner
-                .commands
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let sender = commands.as_ref().ok_or(Error::Closed)?;
-            sender.send(Command::Flush { reply }).map_err(|_| Error::Closed)?;
-        }
+        self.inner.shared.send(Command::Flush { reply })?;
         answer.recv().map_err(|_| Error::Closed)?
     }
 
-    /// A read view of now: the current sequence number and clock time.
+    /// A read view of now: the current sequence number and clock time. While the handle lives,
+    /// compaction keeps everything it sees.
     #[must_use]
     pub fn snapshot(&self) -> Snapshot {
-        self.view(None)
+        self.view(None, true)
     }
 
-    fn view(&self, session: Option<Arc<str>>) -> Snapshot {
+    /// A view of now; `register` makes compaction keep what it sees (for handles given to users).
+    fn view(&self, session: Option<Arc<str>>, register: bool) -> Snapshot {
+        Snapshot::new(&self.inner.shared, None, session, register)
+    }
+
+    /// Removes expired, superseded and deleted records that no view can still see, and gives the disk
+    /// space back: the current state, every live [`Snapshot`] handle and every pinned snapshot keep
+    /// answering exactly as before. Seals the active segment first when it holds reclaimable data.
+    ///
+    /// # Errors
+    /// `Io` if a rewrite fails (the old files stay in place); `Corrupt` if a segment is damaged;
+    /// `Poisoned` after an earlier write failure.
+    pub fn compact(&self) -> Result<CompactionReport> {
         let shared = &self.inner.shared;
-        let seq = shared.read_index().seq;
-        Snapshot {
-            shared: Arc::clone(shared),
-            seq,
-            taken_at: shared.clock.now(),
-            session,
+        let _one_at_a_time = shared
+            .compaction
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if compaction::active_reclaimable(shared) > 0 {
+            let (reply, answer) = crossbeam_channel::bounded(1);
+            shared.send(Command::Rotate { reply })?;
+            answer.recv().map_err(|_| Error::Closed)??;
         }
+        compaction::compact(shared, 0.0)
+    }
+
+    /// Pins a fresh snapshot of now under `name`: it survives restarts and compactions, and
+    /// [`Store::open_snapshot`] gives it back. The pin is a log record, as durable as data.
+    ///
+    /// # Errors
+    /// `Invalid` if the name breaks the id rules or is already pinned; `Poisoned` or `Io` as for
+    /// [`Store::add`].
+    pub fn pin_snapshot(&self, name: &str) -> Result<SnapshotInfo> {
+        self.snapshot().pin(name)
+    }
+
+    /// The pinned snapshot `name`, answering exactly as it did when it was pinned.
+    ///
+    /// # Errors
+    /// `SnapshotNotFound` if no snapshot is pinned under that name.
+    pub fn open_snapshot(&self, name: &str) -> Result<Snapshot> {
+        Snapshot::open_pinned(&self.inner.shared, name)
+    }
+
+    /// Ends the pin `name`, so that the next compaction may reclaim what only it kept. Returns false
+    /// if no such pin exists.
+    ///
+    /// # Errors
+    /// `Invalid` for a malformed name; `Poisoned` or `Io` as for [`Store::add`].
+    pub fn unpin_snapshot(&self, name: &str) -> Result<bool> {
+        validate_name("name", name)?;
+        match self.submit(vec![Op::Unpin(name.to_owned())])?.first() {
+            Some(OpOutcome::Unpinned(existed)) => Ok(*existed),
+            _ => Ok(false),
+        }
+    }
+
+    /// Every pinned snapshot, by name, with the bytes it alone keeps alive.
+    #[must_use]
+    pub fn snapshots(&self) -> Vec<SnapshotInfo> {
+        crate::snapshot::pinned(&self.inner.shared)
+    }
+
+    /// Resolves again the references of a receipt, through the pinned snapshot it was taken from,
+    /// and checks that every answer is the same (id, version, hash).
+    ///
+    /// # Errors
+    /// `SnapshotNotFound` once no pinned snapshot matches the receipt; `ReceiptMismatch` if an
+    /// answer differs; as [`Snapshot::resolve`] otherwise.
+    pub fn replay(&self, receipt: &Receipt) -> Result<Vec<Resolution>> {
+        crate::snapshot::replay(&self.inner.shared, receipt)
     }
 
     /// The latest version of each live id that matches `query`. See [`Snapshot::get`].
@@ -517,7 +640,7 @@ impl Store {
     /// # Errors
     /// As [`Snapshot::get`].
     pub fn get(&self, query: &ContextQuery) -> Result<Vec<ContextItem>> {
-        self.snapshot().get(query)
+        self.view(None, false).get(query)
     }
 
     /// Like [`Store::get`], with how the query ran.
@@ -525,7 +648,7 @@ impl Store {
     /// # Errors
     /// As [`Snapshot::get`].
     pub fn get_with_stats(&self, query: &ContextQuery) -> Result<(Vec<ContextItem>, QueryStats)> {
-        self.snapshot().get_with_stats(query)
+        self.view(None, false).get_with_stats(query)
     }
 
     /// Resolves references (`id` or `id@version`) as of now. See [`Snapshot::resolve`].
@@ -537,7 +660,7 @@ impl Store {
         I: IntoIterator<Item = R>,
         R: AsRef<str>,
     {
-        self.snapshot().resolve(refs)
+        self.view(None, false).resolve(refs)
     }
 
     /// A view restricted to session `session_id`: it reads only that session's scope and the global
@@ -561,7 +684,7 @@ impl Store {
             let index = shared.read_index();
             (
                 index.live_ids,
-                index.slots.len() as u64,
+                index.slots.len() as u64 - index.forgotten,
                 index.segments.len() as u64,
                 index.estimated_bytes(),
                 index.seq,
@@ -604,6 +727,7 @@ impl Store {
         let segments: Vec<_> = self.inner.shared.read_index().segments.values().cloned().collect();
         let mut report = VerifyReport::default();
         let mut next_seq: Option<u64> = None;
+        let mut previous_rewritten = false;
         for segment in segments {
             report.segments_checked += 1;
             let mut bytes = read_whole(&segment.path)?;
@@ -621,32 +745,41 @@ impl Store {
                 }
             };
             let mut seq = next_seq.unwrap_or(header.base_seq);
-            if header.base_seq != seq {
+            // A rewritten segment may have lost its last frames: the next one may start later.
+            let continues = header.base_seq == seq || (previous_rewritten && header.base_seq > seq);
+            previous_rewritten = header.rewrites > 0;
+            if !continues {
                 report.problems.push(problem(
                     16,
                     format!("segment starts at seq {}, expected {seq}", header.base_seq),
                 ));
-                seq = header.base_seq;
             }
+            seq = header.base_seq;
             let mut records_checked = 0u64;
             let mut frames_checked = 0u64;
             let mut damaged_records = Vec::new();
-            let end = scan_frames(&bytes, &mut seq, false, &mut |_, offset, payload| {
-                frames_checked += 1;
-                let records = decode_batch(payload).map_err(|e| e.0)?;
-                for (start, _, record) in records {
-                    records_checked += 1;
-                    if let RecordView::Put(put) = record {
-                        if content_hash(put.content) != put.hash {
-                            damaged_records.push((
-                                offset + start,
-                                format!("content of {:?} does not match its hash", put.id),
-                            ));
+            let end = scan_frames(
+                &bytes,
+                &mut seq,
+                false,
+                header.rewrites > 0,
+                &mut |_, offset, payload| {
+                    frames_checked += 1;
+                    let records = decode_batch(payload).map_err(|e| e.0)?;
+                    for (start, _, record) in records {
+                        records_checked += 1;
+                        if let RecordView::Put(put) = record {
+                            if content_hash(put.content) != put.hash {
+                                damaged_records.push((
+                                    offset + start,
+                                    format!("content of {:?} does not match its hash", put.id),
+                                ));
+                            }
                         }
                     }
-                }
-                Ok(())
-            });
+                    Ok(())
+                },
+            );
             report.records_checked += records_checked;
             report.frames_checked += frames_checked;
             for (offset, reason) in damaged_records {
@@ -659,6 +792,38 @@ impl Store {
         }
         Ok(report)
     }
+}
+
+/// How often the background compactor looks for segments worth rewriting.
+const AUTO_COMPACT_INTERVAL: Duration = Duration::from_secs(1);
+/// The reclaimable share of a sealed segment at which the background compactor rewrites it.
+const AUTO_COMPACT_MIN_SHARE: f64 = 0.5;
+
+/// Starts the background compactor; it stops when the returned sender is dropped.
+fn start_compactor(shared: Arc<Shared>) -> Result<(Sender<()>, JoinHandle<()>)> {
+    let (stop, stopped) = crossbeam_channel::bounded::<()>(0);
+    let handle = std::thread::Builder::new()
+        .name("ctxlog-compactor".into())
+        .spawn(move || {
+            let mut last_seen = None;
+            while let Err(crossbeam_channel::RecvTimeoutError::Timeout) = stopped.recv_timeout(AUTO_COMPACT_INTERVAL) {
+                // Nothing to gain while neither the log nor the clock moved.
+                let now = (shared.read_index().seq, shared.clock.now());
+                if last_seen == Some(now) {
+                    continue;
+                }
+                last_seen = Some(now);
+                let _one_at_a_time = shared
+                    .compaction
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                if let Err(e) = compaction::compact(&shared, AUTO_COMPACT_MIN_SHARE) {
+                    tracing::warn!("background compaction failed: {e}");
+                }
+            }
+        })
+        .map_err(|e| Error::io("starting the compactor thread", e))?;
+    Ok((stop, handle))
 }
 
 fn check_session_scope(scope: &Scope, session: &str) -> Result<()> {
@@ -706,7 +871,7 @@ impl SessionView {
     /// # Errors
     /// As [`Snapshot::get`].
     pub fn get(&self, query: &ContextQuery) -> Result<Vec<ContextItem>> {
-        self.snapshot().get(query)
+        self.store.view(Some(Arc::clone(&self.session)), false).get(query)
     }
 
     /// As [`Store::get_with_stats`], restricted to this session and the global scopes.
@@ -714,7 +879,9 @@ impl SessionView {
     /// # Errors
     /// As [`Snapshot::get`].
     pub fn get_with_stats(&self, query: &ContextQuery) -> Result<(Vec<ContextItem>, QueryStats)> {
-        self.snapshot().get_with_stats(query)
+        self.store
+            .view(Some(Arc::clone(&self.session)), false)
+            .get_with_stats(query)
     }
 
     /// As [`Store::resolve`]; another session's items are `NotFound`.
@@ -726,12 +893,12 @@ impl SessionView {
         I: IntoIterator<Item = R>,
         R: AsRef<str>,
     {
-        self.snapshot().resolve(refs)
+        self.store.view(Some(Arc::clone(&self.session)), false).resolve(refs)
     }
 
     /// A snapshot of now that keeps this session's visibility.
     #[must_use]
     pub fn snapshot(&self) -> Snapshot {
-        self.store.view(Some(Arc::clone(&self.session)))
+        self.store.view(Some(Arc::clone(&self.session)), true)
     }
 }

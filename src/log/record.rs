@@ -15,7 +15,7 @@
 //!
 //! | offset | width | field                                   |
 //! |--------|-------|-----------------------------------------|
-//! | 0      | 1     | `tag`: 1 = put, 2 = delete, 3 = register type |
+//! | 0      | 1     | `tag`: 1 = put, 2 = delete, 3 = register type, 4 = retired version, 5 = pin, 6 = unpin |
 //! | 1      | 4     | `body_len` (u32)                         |
 //! | 5      | 4     | `crc`: CRC-32 of the body                |
 //! | 9      | body_len | body                                 |
@@ -35,6 +35,9 @@ pub(crate) const FRAME_KIND_BATCH: u8 = 1;
 pub(crate) const TAG_PUT: u8 = 1;
 pub(crate) const TAG_DELETE: u8 = 2;
 pub(crate) const TAG_REGISTER_TYPE: u8 = 3;
+pub(crate) const TAG_RETIRED: u8 = 4;
+pub(crate) const TAG_PIN: u8 = 5;
+pub(crate) const TAG_UNPIN: u8 = 6;
 
 const FLAG_TTL: u8 = 1;
 const FLAG_CONFIDENCE: u8 = 2;
@@ -185,8 +188,30 @@ impl PutView<'_> {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum RecordView<'a> {
     Put(PutView<'a>),
-    Delete { id: &'a str },
-    RegisterType { name: &'a str, pattern: Option<&'a str> },
+    Delete {
+        id: &'a str,
+    },
+    RegisterType {
+        name: &'a str,
+        pattern: Option<&'a str>,
+    },
+    /// A version whose content compaction reclaimed: the store still remembers its (id, version, hash).
+    Retired {
+        id: &'a str,
+        version: &'a str,
+        hash: [u8; 32],
+    },
+    /// A pinned snapshot: name, sequence number, clock time, and the session it is restricted to.
+    Pin {
+        name: &'a str,
+        seq: u64,
+        taken_at: i64,
+        session: Option<&'a str>,
+    },
+    /// The end of a pin.
+    Unpin {
+        name: &'a str,
+    },
 }
 
 /// Bytes a string of at most `max` bytes takes after its length prefix; the caller validated lengths.
@@ -291,6 +316,41 @@ impl BatchEncoder {
                 None => out.push(0),
             }
         })
+    }
+
+    /// Appends the record of a version whose content was reclaimed.
+    pub(crate) fn retired(&mut self, id: &str, version: &str, hash: &[u8; 32]) -> usize {
+        self.count += 1;
+        push_record(&mut self.buf, TAG_RETIRED, |out| {
+            out.extend_from_slice(hash);
+            put_len_prefixed_u8(out, id);
+            put_len_prefixed_u8(out, version);
+        })
+    }
+
+    /// Appends a pin of a snapshot.
+    pub(crate) fn pin(&mut self, name: &str, seq: u64, taken_at: i64, session: Option<&str>) -> usize {
+        self.count += 1;
+        push_record(&mut self.buf, TAG_PIN, |out| {
+            out.extend_from_slice(&seq.to_le_bytes());
+            out.extend_from_slice(&taken_at.to_le_bytes());
+            put_len_prefixed_u8(out, name);
+            put_len_prefixed_u8(out, session.unwrap_or(""));
+        })
+    }
+
+    /// Appends the end of a pin.
+    pub(crate) fn unpin(&mut self, name: &str) -> usize {
+        self.count += 1;
+        push_record(&mut self.buf, TAG_UNPIN, |out| put_len_prefixed_u8(out, name))
+    }
+
+    /// Appends a record copied whole (header, CRC and body) from another frame.
+    pub(crate) fn raw(&mut self, record: &[u8]) -> usize {
+        self.count += 1;
+        let start = self.buf.len();
+        self.buf.extend_from_slice(record);
+        start
     }
 
     /// Whether no record was added.
@@ -495,6 +555,34 @@ fn decode_body(tag: u8, body: &[u8]) -> Result<RecordView<'_>, DecodeError> {
             };
             RecordView::RegisterType { name, pattern }
         }
+        TAG_RETIRED => {
+            let hash = c.array::<32>("hash")?;
+            let id_len = usize::from(c.u8("id length")?);
+            let id = c.str(id_len, "id")?;
+            let version_len = usize::from(c.u8("version length")?);
+            let version = c.str(version_len, "version")?;
+            RecordView::Retired { id, version, hash }
+        }
+        TAG_PIN => {
+            let seq = c.u64("seq")?;
+            let taken_at = c.i64("taken_at")?;
+            let name_len = usize::from(c.u8("name length")?);
+            let name = c.str(name_len, "name")?;
+            let session_len = usize::from(c.u8("session length")?);
+            let session = c.str(session_len, "session_id")?;
+            RecordView::Pin {
+                name,
+                seq,
+                taken_at,
+                session: (!session.is_empty()).then_some(session),
+            }
+        }
+        TAG_UNPIN => {
+            let name_len = usize::from(c.u8("name length")?);
+            RecordView::Unpin {
+                name: c.str(name_len, "name")?,
+            }
+        }
         other => return Err(bad(format!("unknown record tag {other}"))),
     };
     if !c.is_empty() {
@@ -531,12 +619,50 @@ mod tests {
         let del_at = enc.delete("old");
         let spec = TypeSpec::new("legal_clause").id_pattern("^cl_");
         enc.register_type(&spec);
+        enc.retired("gone", "7", &[3u8; 32]);
+        enc.pin("audit", 41, -5, Some("s1"));
+        enc.pin("all", 40, 9, None);
+        enc.unpin("audit");
         let frame = enc.finish(42).unwrap();
         let (header, payload) = read_frame(&frame).unwrap();
         assert_eq!(header.seq, 42);
         assert_eq!(header.len as usize, frame.len() - FRAME_HEADER_BYTES);
         let records = decode_batch(payload).unwrap();
-        assert_eq!(records.len(), 3);
+        assert_eq!(records.len(), 7);
+        assert_eq!(
+            records[3].2,
+            RecordView::Retired {
+                id: "gone",
+                version: "7",
+                hash: [3u8; 32]
+            }
+        );
+        assert_eq!(
+            records[4].2,
+            RecordView::Pin {
+                name: "audit",
+                seq: 41,
+                taken_at: -5,
+                session: Some("s1")
+            }
+        );
+        assert_eq!(
+            records[5].2,
+            RecordView::Pin {
+                name: "all",
+                seq: 40,
+                taken_at: 9,
+                session: None
+            }
+        );
+        assert_eq!(records[6].2, RecordView::Unpin { name: "audit" });
+        // A record copied whole decodes the same in another frame.
+        let (start, len, _) = records[3];
+        let mut copy = BatchEncoder::new();
+        copy.raw(&payload[start..start + len]);
+        let copied = copy.finish(43).unwrap();
+        let (_, copied_payload) = read_frame(&copied).unwrap();
+        assert_eq!(decode_batch(copied_payload).unwrap()[0].2, records[3].2);
         assert_eq!(records[0].0 + FRAME_HEADER_BYTES, put_at);
         assert_eq!(records[1].0 + FRAME_HEADER_BYTES, del_at);
         match &records[0].2 {

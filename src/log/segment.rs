@@ -8,7 +8,7 @@
 //! | 8      | 4     | format version (u32) = [`FORMAT_VERSION`]       |
 //! | 12     | 4     | segment number (u32), as in the file name       |
 //! | 16     | 8     | base seq (u64): the seq of the segment's first frame |
-//! | 24     | 4     | reserved, zero                                  |
+//! | 24     | 4     | rewrites (u32): how many times compaction rewrote it; 0 as first written |
 //! | 28     | 4     | CRC-32 of bytes 0..28                           |
 //!
 //! This is the only module with `unsafe`: mapping a sealed segment.
@@ -48,6 +48,9 @@ pub(crate) fn parse_segment_file_name(name: &str) -> Option<u32> {
 pub(crate) struct SegmentHeader {
     pub(crate) number: u32,
     pub(crate) base_seq: u64,
+    /// How many times compaction rewrote the segment. A rewritten segment may skip sequence numbers
+    /// (frames whose every record was reclaimed are gone).
+    pub(crate) rewrites: u32,
 }
 
 impl SegmentHeader {
@@ -57,6 +60,7 @@ impl SegmentHeader {
         out[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
         out[12..16].copy_from_slice(&self.number.to_le_bytes());
         out[16..24].copy_from_slice(&self.base_seq.to_le_bytes());
+        out[24..28].copy_from_slice(&self.rewrites.to_le_bytes());
         let crc = crc32fast::hash(&out[0..28]);
         out[28..32].copy_from_slice(&crc.to_le_bytes());
         out
@@ -90,7 +94,12 @@ impl SegmentHeader {
         }
         let number = le_u32(12..16);
         let base_seq = u64::from_le_bytes(field(16..24).try_into().unwrap_or([0; 8]));
-        Ok(SegmentHeader { number, base_seq })
+        let rewrites = le_u32(24..28);
+        Ok(SegmentHeader {
+            number,
+            base_seq,
+            rewrites,
+        })
     }
 }
 
@@ -115,6 +124,11 @@ impl Segment {
             map,
             published_len: AtomicU64::new(published_len),
         })
+    }
+
+    /// The whole mapped file of a sealed segment; `None` for the active one.
+    pub(crate) fn mapped(&self) -> Option<&[u8]> {
+        self.map.as_deref()
     }
 
     /// The bytes of the file up to its published length.
@@ -177,6 +191,7 @@ mod tests {
         let header = SegmentHeader {
             number: 3,
             base_seq: 77,
+            rewrites: 2,
         };
         let bytes = header.encode();
         assert_eq!(SegmentHeader::decode(&bytes), Ok(header));

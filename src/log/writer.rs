@@ -16,7 +16,7 @@ use std::time::Instant;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 use crate::error::{Error, Result};
-use crate::index::Location;
+use crate::index::{Location, PinInfo};
 use crate::item::{format_hash, TypeRegistry, TypeSpec, ValidItem};
 use crate::log::record::{BatchEncoder, PutRef, PutView, ScopeView};
 use crate::log::segment::{segment_file_name, Segment, SegmentHeader, SEGMENT_HEADER_BYTES};
@@ -34,6 +34,13 @@ pub(crate) enum Op {
     Put(ValidItem),
     Delete(String),
     RegisterType(TypeSpec),
+    Pin {
+        name: String,
+        seq: u64,
+        taken_at: i64,
+        session: Option<Arc<str>>,
+    },
+    Unpin(String),
 }
 
 /// What one operation did.
@@ -43,6 +50,8 @@ pub(crate) enum OpOutcome {
     Unchanged,
     Deleted(bool),
     Registered(bool),
+    Pinned,
+    Unpinned(bool),
 }
 
 /// What the writer thread is asked to do.
@@ -53,6 +62,11 @@ pub(crate) enum Command {
     },
     Flush {
         reply: Sender<Result<()>>,
+    },
+    /// Seal the active segment if it holds any frame, so that compaction may rewrite it; answers
+    /// whether it did.
+    Rotate {
+        reply: Sender<Result<bool>>,
     },
 }
 
@@ -69,6 +83,8 @@ pub(crate) struct ActiveSegment {
 struct Overlay {
     ids: HashMap<String, PendingId>,
     types: HashMap<String, Option<String>>,
+    /// Pins made (true) or ended (false) by earlier batches of the group.
+    pins: HashMap<String, bool>,
 }
 
 #[derive(Default, Clone)]
@@ -89,6 +105,7 @@ impl Overlay {
             }
         }
         self.types.extend(batch.types);
+        self.pins.extend(batch.pins);
     }
 }
 
@@ -211,6 +228,7 @@ impl Writer {
     fn process(&mut self, group: Vec<Command>) {
         let mut staged = Vec::new();
         let mut flushes = Vec::new();
+        let mut rotations = Vec::new();
         {
             let index = self.shared.read_index();
             let registry = self.shared.registry();
@@ -218,6 +236,7 @@ impl Writer {
             for command in group {
                 match command {
                     Command::Flush { reply } => flushes.push(reply),
+                    Command::Rotate { reply } => rotations.push(reply),
                     Command::Write { ops, reply } => {
                         if let Some(reason) = &self.poisoned {
                             let _ = reply.send(Err(Error::Poisoned { reason: reason.clone() }));
@@ -267,6 +286,9 @@ impl Writer {
             for reply in flushes {
                 let _ = reply.send(Err(Error::Poisoned { reason: reason.clone() }));
             }
+            for reply in rotations {
+                let _ = reply.send(Err(Error::Poisoned { reason: reason.clone() }));
+            }
             return;
         }
         self.publish(&staged);
@@ -275,6 +297,22 @@ impl Writer {
         }
         for reply in flushes {
             let _ = reply.send(Ok(()));
+        }
+        if !rotations.is_empty() {
+            let rotated = if self.active.len > SEGMENT_HEADER_BYTES as u64 {
+                self.rotate().map(|()| true)
+            } else {
+                Ok(false)
+            };
+            if let Err(e) = &rotated {
+                self.poisoned = Some(e.to_string());
+            }
+            for reply in rotations {
+                let _ = reply.send(match &rotated {
+                    Ok(done) => Ok(*done),
+                    Err(e) => Err(Error::Poisoned { reason: e.to_string() }),
+                });
+            }
         }
     }
 
@@ -371,6 +409,22 @@ impl Writer {
                         index.apply_delete(batch.seq, id);
                     }
                     Some(Op::RegisterType(spec)) if registry.insert(spec.clone()).is_ok() => registry_changed = true,
+                    Some(Op::Pin {
+                        name,
+                        seq,
+                        taken_at,
+                        session,
+                    }) => {
+                        let pin = PinInfo {
+                            seq: *seq,
+                            taken_at: *taken_at,
+                            session: session.clone(),
+                        };
+                        index.pins.insert(name.clone(), pin);
+                    }
+                    Some(Op::Unpin(name)) => {
+                        index.pins.remove(name);
+                    }
                     _ => {}
                 }
             }
@@ -390,6 +444,7 @@ fn op_bytes(op: &Op) -> usize {
         Op::Put(valid) => valid.canonical.len() + 128,
         Op::Delete(id) => id.len() + 16,
         Op::RegisterType(spec) => spec.name().len() + spec.pattern().map_or(0, str::len) + 16,
+        Op::Pin { name, .. } | Op::Unpin(name) => name.len() + 160,
     }
 }
 
@@ -498,6 +553,51 @@ fn plan(index: &crate::index::Index, registry: &TypeRegistry, group: &Overlay, o
                 }
                 outcomes.push(OpOutcome::Registered(is_new));
             }
+            Op::Pin {
+                name,
+                seq,
+                taken_at,
+                session,
+            } => {
+                let pinned = batch
+                    .pins
+                    .get(name)
+                    .or_else(|| group.pins.get(name))
+                    .copied()
+                    .unwrap_or_else(|| index.pins.contains_key(name));
+                if pinned {
+                    return Err(Error::invalid(
+                        "name",
+                        format!("a snapshot named {name:?} is already pinned"),
+                    ));
+                }
+                batch.pins.insert(name.clone(), true);
+                let start = encoder.pin(name, *seq, *taken_at, session.as_deref());
+                records.push(RecordSpan {
+                    op: position,
+                    start,
+                    len: encoder.len() - start,
+                });
+                outcomes.push(OpOutcome::Pinned);
+            }
+            Op::Unpin(name) => {
+                let pinned = batch
+                    .pins
+                    .get(name)
+                    .or_else(|| group.pins.get(name))
+                    .copied()
+                    .unwrap_or_else(|| index.pins.contains_key(name));
+                if pinned {
+                    batch.pins.insert(name.clone(), false);
+                    let start = encoder.unpin(name);
+                    records.push(RecordSpan {
+                        op: position,
+                        start,
+                        len: encoder.len() - start,
+                    });
+                }
+                outcomes.push(OpOutcome::Unpinned(pinned));
+            }
         }
     }
     if encoder.is_empty() {
@@ -555,7 +655,12 @@ pub(crate) fn create_segment(dir: &std::path::Path, number: u32, base_seq: u64) 
         .read(true)
         .open(&path)
         .map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
-    let header = SegmentHeader { number, base_seq }.encode();
+    let header = SegmentHeader {
+        number,
+        base_seq,
+        rewrites: 0,
+    }
+    .encode();
     file.write_all(&header)
         .map_err(|e| Error::io(format!("writing the header of {}", path.display()), e))?;
     file.sync_all()

@@ -1,0 +1,358 @@
+//! Compaction: rewriting sealed segments without what no view can see any more.
+//!
+//! A version's full record is kept while any view can see it: the current state (unless it has
+//! expired), a live [`crate::Snapshot`] handle, or a pinned snapshot (expired or not, since a snapshot
+//! judges TTL at its own time). A version of the id's current history that nothing sees any more is
+//! *retired*: its content is reclaimed and a small record keeps its (id, version, hash), because the
+//! store remembers every version added until the id is deleted. A version of a deleted history that
+//! nothing sees is dropped entirely. Tombstones, type registrations and pins are always kept.
+//!
+//! A segment is rewritten to `NNNNNNNN.seg.tmp` (same number, same frame sequence numbers, emptied
+//! frames left out), synced, and renamed over the old file, then the directory is synced; only then
+//! does the index move to the new locations, in one step under its write lock. A crash before the
+//! rename leaves the old segment (and a stray `.tmp` that opening deletes); after it, the new one.
+
+use std::collections::{BTreeSet, HashMap};
+use std::io::Write;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+use crate::index::{Index, Location, VersionEntry, SEQ_OPEN};
+use crate::log::record::{decode_batch, BatchEncoder, RecordView, FRAME_HEADER_BYTES, RECORD_HEADER_BYTES};
+use crate::log::segment::{segment_file_name, Segment, SegmentHeader};
+use crate::log::writer::sync_dir;
+use crate::recovery::{scan_frames, ScanEnd};
+use crate::store::Shared;
+
+/// What a compaction did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CompactionReport {
+    /// Segment files rewritten.
+    pub segments_rewritten: u64,
+    /// Versions whose content was reclaimed because they had expired.
+    pub reclaimed_expired: u64,
+    /// Versions whose content was reclaimed because a newer version replaced them.
+    pub reclaimed_superseded: u64,
+    /// Versions whose content was reclaimed because their id was deleted.
+    pub reclaimed_deleted: u64,
+    /// Of the reclaimed versions, how many are still remembered by a retired record (id, version,
+    /// hash) because their id's history is open.
+    pub retired: u64,
+    /// Rewrites given up because a snapshot came to see a version while it was being rewritten.
+    pub segments_skipped: u64,
+    /// Bytes of segment files before.
+    pub bytes_before: u64,
+    /// Bytes of segment files after.
+    pub bytes_after: u64,
+    /// How long it took.
+    pub duration: Duration,
+}
+
+/// Why a version's content may go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Reason {
+    Expired,
+    Superseded,
+    Deleted,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Decision {
+    /// Copy the record as it is.
+    Keep,
+    /// Replace the record by a retired record.
+    Retire(Reason),
+    /// Leave the record out, and forget the version.
+    Forget(Reason),
+}
+
+/// Every view that compaction must keep whole.
+pub(crate) struct Views {
+    current_seq: u64,
+    now: i64,
+    /// Sequence numbers of live snapshot handles and pins, sorted.
+    snapshot_seqs: Vec<u64>,
+}
+
+impl Views {
+    pub(crate) fn gather(shared: &Shared, index: &Index) -> Views {
+        let mut seqs: BTreeSet<u64> = shared.live_snapshot_seqs();
+        seqs.extend(index.pins.values().map(|pin| pin.seq));
+        Views {
+            current_seq: index.seq,
+            now: shared.clock.now(),
+            snapshot_seqs: seqs.into_iter().collect(),
+        }
+    }
+
+    /// Whether some view can still see `version` whole.
+    fn needed(&self, version: &VersionEntry) -> bool {
+        if version.visible_at(self.current_seq) && !version.expired_at(self.now) {
+            return true;
+        }
+        // The first snapshot at or after the version's creation is the only one that can matter.
+        let first = self.snapshot_seqs.partition_point(|seq| *seq < version.seq_created);
+        self.snapshot_seqs
+            .get(first)
+            .is_some_and(|seq| *seq < version.seq_ended)
+    }
+}
+
+/// The plan for one segment: a decision for every version record in it, by record offset.
+struct SegmentPlan {
+    decisions: HashMap<u32, (u32, Decision)>,
+    reclaim_bytes: u64,
+}
+
+/// Decides, for every version in the sealed segments, what a rewrite would do.
+fn plan(index: &Index, views: &Views) -> HashMap<u32, SegmentPlan> {
+    let mut plans: HashMap<u32, SegmentPlan> = HashMap::new();
+    for (slot, version) in index.slots.iter().enumerate() {
+        let Ok(slot) = u32::try_from(slot) else { break };
+        let decision = decide(index, views, version);
+        let Some(decision) = decision else { continue };
+        let segment = version.location.segment;
+        let entry = plans.entry(segment).or_insert_with(|| SegmentPlan {
+            decisions: HashMap::new(),
+            reclaim_bytes: 0,
+        });
+        entry.reclaim_bytes += match decision {
+            Decision::Keep => 0,
+            Decision::Forget(_) => u64::from(version.location.len),
+            Decision::Retire(_) => {
+                let retired_len = (RECORD_HEADER_BYTES + 32 + 2 + version.version.len()) as u64
+                    + index.id_name(version.id).len() as u64;
+                u64::from(version.location.len).saturating_sub(retired_len)
+            }
+        };
+        entry.decisions.insert(version.location.offset, (slot, decision));
+    }
+    // The active segment is planned too, so that a manual compaction knows whether sealing it pays.
+    plans
+}
+
+fn decide(index: &Index, views: &Views, version: &VersionEntry) -> Option<Decision> {
+    if version.state == crate::index::VersionState::Forgotten {
+        return None;
+    }
+    let open_history = index
+        .ids
+        .get(usize::try_from(version.id).ok()?)
+        .is_some_and(|e| e.deletes == version.generation);
+    if version.is_stored() && views.needed(version) {
+        return Some(Decision::Keep);
+    }
+    let reason = if !open_history {
+        Reason::Deleted
+    } else if version.seq_ended != SEQ_OPEN {
+        Reason::Superseded
+    } else {
+        Reason::Expired
+    };
+    Some(match (open_history, version.is_retired()) {
+        (true, true) => Decision::Keep,
+        (true, false) => Decision::Retire(reason),
+        (false, _) => Decision::Forget(reason),
+    })
+}
+
+/// Bytes of every segment file.
+fn segment_bytes(index: &Index) -> u64 {
+    index
+        .segments
+        .values()
+        .map(|segment| std::fs::metadata(&segment.path).map_or(0, |m| m.len()))
+        .sum()
+}
+
+/// Reclaimable bytes of the active segment (the newest), for deciding whether to seal it first.
+pub(crate) fn active_reclaimable(shared: &Shared) -> u64 {
+    let index = shared.read_index();
+    let Some(active) = index.segments.keys().next_back().copied() else {
+        return 0;
+    };
+    let views = Views::gather(shared, &index);
+    plan(&index, &views).get(&active).map_or(0, |plan| plan.reclaim_bytes)
+}
+
+/// Rewrites every sealed segment whose reclaimable share is at least `min_share` (0 = any reclaim).
+pub(crate) fn compact(shared: &Shared, min_share: f64) -> Result<CompactionReport> {
+    let started = Instant::now();
+    let mut report = CompactionReport::default();
+    let (mut chosen, bytes_before) = {
+        let index = shared.read_index();
+        let views = Views::gather(shared, &index);
+        let active = index.segments.keys().next_back().copied().unwrap_or(0);
+        let mut plans = plan(&index, &views);
+        plans.remove(&active);
+        let mut chosen: Vec<(u32, SegmentPlan)> = Vec::new();
+        for (number, plan) in plans {
+            let Some(segment) = index.segments.get(&number) else {
+                continue;
+            };
+            #[allow(clippy::cast_precision_loss)]
+            let share = plan.reclaim_bytes as f64 / segment.published_len().max(1) as f64;
+            if plan.reclaim_bytes > 0 && share >= min_share {
+                chosen.push((number, plan));
+            }
+        }
+        (chosen, segment_bytes(&index))
+    };
+    chosen.sort_unstable_by_key(|(number, _)| *number);
+    report.bytes_before = bytes_before;
+    for (number, plan) in chosen.drain(..) {
+        rewrite(shared, number, &plan, &mut report)?;
+    }
+    report.bytes_after = segment_bytes(&shared.read_index());
+    report.duration = started.elapsed();
+    Ok(report)
+}
+
+/// A change to one version that a rewrite makes.
+enum Update {
+    Move(u32, Location),
+    Retire(u32, Location, Reason),
+    Forget(u32, Reason),
+}
+
+fn rewrite(shared: &Shared, number: u32, plan: &SegmentPlan, report: &mut CompactionReport) -> Result<()> {
+    let Some(segment) = shared.read_index().segments.get(&number).cloned() else {
+        return Ok(());
+    };
+    let Some(bytes) = segment.mapped() else { return Ok(()) };
+    let corrupt = |offset: usize, reason: String| Error::Corrupt {
+        file: segment.path.clone(),
+        offset: offset as u64,
+        reason,
+    };
+    let header = SegmentHeader::decode(bytes).map_err(|reason| corrupt(0, reason))?;
+    let new_header = SegmentHeader {
+        number,
+        base_seq: header.base_seq,
+        rewrites: header.rewrites.saturating_add(1),
+    };
+    let mut out = new_header.encode().to_vec();
+    let mut updates = Vec::new();
+    let mut seq = header.base_seq;
+    let end = scan_frames(
+        bytes,
+        &mut seq,
+        false,
+        header.rewrites > 0,
+        &mut |frame_seq, frame_offset, payload| {
+            let records = decode_batch(payload).map_err(|e| e.0)?;
+            let mut encoder = BatchEncoder::new();
+            let mut placed = Vec::new();
+            for (start, len, record) in records {
+                let raw = payload.get(start..start + len).ok_or("record out of its frame")?;
+                let offset = u32::try_from(frame_offset + FRAME_HEADER_BYTES + start).map_err(|_| "offset overflow")?;
+                let decision = match record {
+                    RecordView::Put(_) | RecordView::Retired { .. } => plan.decisions.get(&offset).copied(),
+                    _ => None,
+                };
+                match (decision, &record) {
+                    (Some((slot, Decision::Retire(reason))), RecordView::Put(put)) => {
+                        let at = encoder.retired(put.id, put.version, &put.hash);
+                        placed.push((at, encoder.len() - at, Some((slot, Some(reason)))));
+                    }
+                    (Some((slot, Decision::Forget(reason))), _) => updates.push(Update::Forget(slot, reason)),
+                    (Some((slot, _)), _) => {
+                        let at = encoder.raw(raw);
+                        placed.push((at, len, Some((slot, None))));
+                    }
+                    (None, _) => {
+                        let at = encoder.raw(raw);
+                        placed.push((at, len, None));
+                    }
+                }
+            }
+            if encoder.is_empty() {
+                return Ok(());
+            }
+            let frame_at = out.len();
+            out.extend_from_slice(&encoder.finish(frame_seq).map_err(|e| e.to_string())?);
+            for (at, len, version) in placed {
+                let Some((slot, retired)) = version else { continue };
+                let location = Location {
+                    segment: number,
+                    offset: u32::try_from(frame_at + at).map_err(|_| "offset overflow")?,
+                    len: u32::try_from(len).map_err(|_| "length overflow")?,
+                };
+                updates.push(match retired {
+                    Some(reason) => Update::Retire(slot, location, reason),
+                    None => Update::Move(slot, location),
+                });
+            }
+            Ok(())
+        },
+    );
+    if let ScanEnd::Bad { offset, reason, .. } = end {
+        return Err(corrupt(offset, reason));
+    }
+
+    let path = shared.dir.join(segment_file_name(number));
+    let tmp = shared.dir.join(format!("{}.tmp", segment_file_name(number)));
+    write_synced(&tmp, &out)?;
+
+    let mut index = shared.write_index();
+    // A snapshot taken since the plan may see what this rewrite leaves out: then keep the old file.
+    let views = Views::gather(shared, &index);
+    let still_reclaimable = updates.iter().all(|update| match update {
+        Update::Move(..) => true,
+        Update::Retire(slot, ..) | Update::Forget(slot, _) => index.slot(*slot).is_none_or(|v| !views.needed(v)),
+    });
+    if !still_reclaimable {
+        drop(index);
+        report.segments_skipped += 1;
+        return std::fs::remove_file(&tmp).map_err(|e| Error::io(format!("removing {}", tmp.display()), e));
+    }
+    std::fs::rename(&tmp, &path)
+        .map_err(|e| Error::io(format!("renaming {} over {}", tmp.display(), path.display()), e))?;
+    sync_dir(&shared.dir)?;
+    let rewritten = Segment::open(&path, true, out.len() as u64)?;
+    index.segments.insert(number, Arc::new(rewritten));
+    for update in updates {
+        match update {
+            Update::Move(slot, location) => index.relocate(slot, location),
+            Update::Retire(slot, location, reason) => {
+                index.retire(slot, location);
+                report.retired += 1;
+                count(report, reason);
+            }
+            Update::Forget(slot, reason) => {
+                let was_retired = index.slot(slot).is_some_and(VersionEntry::is_retired);
+                index.forget(slot);
+                if !was_retired {
+                    count(report, reason);
+                }
+            }
+        }
+    }
+    report.segments_rewritten += 1;
+    Ok(())
+}
+
+fn count(report: &mut CompactionReport, reason: Reason) {
+    match reason {
+        Reason::Expired => report.reclaimed_expired += 1,
+        Reason::Superseded => report.reclaimed_superseded += 1,
+        Reason::Deleted => report.reclaimed_deleted += 1,
+    }
+}
+
+/// Writes `bytes` to a new file at `path` and syncs it.
+fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .open(path)
+        .map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
+    file.write_all(bytes)
+        .map_err(|e| Error::io(format!("writing {}", path.display()), e))?;
+    file.sync_all()
+        .map_err(|e| Error::io(format!("syncing {}", path.display()), e))
+}
