@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use crate::error::{Error, Result};
 use crate::index::{Index, Location, VersionEntry, SEQ_OPEN};
 use crate::log::record::{decode_batch, BatchEncoder, RecordView, FRAME_HEADER_BYTES, RECORD_HEADER_BYTES};
-use crate::log::segment::{segment_file_name, Segment, SegmentHeader};
+use crate::log::segment::{segment_file_name, Segment, SegmentHeader, SEGMENT_HEADER_BYTES};
 use crate::log::writer::sync_dir;
 use crate::recovery::{scan_frames, ScanEnd};
 use crate::store::Shared;
@@ -237,9 +237,7 @@ fn rewrite(shared: &Shared, number: u32, plan: &SegmentPlan, report: &mut Compac
     let mut out = new_header.encode().to_vec();
     let mut updates = Vec::new();
     let mut seq = header.base_seq;
-    let end = scan_frames(
-        bytes,
-        &mut seq,
+    let end = scan_frames(bytes, SEGMENT_HEADER_BYTES, &mut seq,
         false,
         header.rewrites > 0,
         &mut |frame_seq, frame_offset, payload| {

@@ -93,6 +93,7 @@ pub(crate) struct IdEntry {
 /// Maps values to dense small integers and back.
 #[derive(Debug, Clone)]
 pub(crate) struct Interner<T> {
+    // Rebuilt from `values` when a checkpoint is loaded.
     ids: HashMap<T, u32>,
     values: Vec<T>,
 }
@@ -127,6 +128,15 @@ impl<T: Hash + Eq + Clone> Interner<T> {
 
     pub(crate) fn value(&self, id: u32) -> Option<&T> {
         self.values.get(usize::try_from(id).ok()?)
+    }
+
+    /// Every value, in the order of their ids.
+    pub(crate) fn values(&self) -> &[T] {
+        &self.values
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.values.len()
     }
 }
 
@@ -343,6 +353,55 @@ impl Index {
             }
         }
         true
+    }
+
+    /// Appends a version as a checkpoint recorded it; the ordered sets are built afterwards by
+    /// [`Index::rebuild_sets`]. `version.id` is set here.
+    pub(crate) fn restore_version(&mut self, name: &str, deletes: u32, mut version: VersionEntry) {
+        let slot = u32::try_from(self.slots.len()).unwrap_or(u32::MAX);
+        let id = self.id_position(name);
+        if let Some(entry) = self.ids.get_mut(usize::try_from(id).unwrap_or(usize::MAX)) {
+            entry.deletes = deletes;
+            entry.versions.push(slot);
+        }
+        version.id = id;
+        if version.seq_ended == SEQ_OPEN && version.is_stored() {
+            self.live_ids += 1;
+        }
+        self.version_string_bytes += version.version.len() as u64;
+        self.slots.push(version);
+    }
+
+    /// Restores an id that a checkpoint recorded without versions (all dropped by compaction), so
+    /// that its delete count is kept.
+    pub(crate) fn restore_id(&mut self, name: &str, deletes: u32) {
+        let id = self.id_position(name);
+        if let Some(entry) = self.ids.get_mut(usize::try_from(id).unwrap_or(usize::MAX)) {
+            entry.deletes = deletes;
+        }
+    }
+
+    /// Builds the ordered sets from the stored versions, in bulk.
+    pub(crate) fn rebuild_sets(&mut self) {
+        let mut by_type: Vec<Vec<(i64, u32)>> = vec![Vec::new(); self.kinds.len()];
+        let mut by_scope: Vec<Vec<(i64, u32)>> = vec![Vec::new(); self.scopes.len()];
+        let mut by_time = Vec::with_capacity(self.slots.len());
+        for (slot, version) in self.slots.iter().enumerate() {
+            if !version.is_stored() {
+                continue;
+            }
+            let key = (version.timestamp, u32::try_from(slot).unwrap_or(u32::MAX));
+            if let Some(keys) = by_type.get_mut(usize::from(version.kind)) {
+                keys.push(key);
+            }
+            if let Some(keys) = by_scope.get_mut(usize::try_from(version.scope).unwrap_or(usize::MAX)) {
+                keys.push(key);
+            }
+            by_time.push(key);
+        }
+        self.by_type = by_type.into_iter().map(BTreeSet::from_iter).collect();
+        self.by_scope = by_scope.into_iter().map(BTreeSet::from_iter).collect();
+        self.by_time = BTreeSet::from_iter(by_time);
     }
 
     /// Removes a stored version's entries from the ordered sets.

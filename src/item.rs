@@ -811,7 +811,6 @@ impl TypeRegistry {
 }
 
 /// The custom (registered, not built-in) types, sorted by name.
-#[cfg(test)]
 impl TypeRegistry {
     pub(crate) fn custom(&self) -> Vec<TypeSpec> {
         self.custom.values().map(|(spec, _)| spec.clone()).collect()

@@ -29,6 +29,7 @@
 #![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing))]
 #![warn(missing_docs)]
 
+mod checkpoint;
 mod clock;
 mod compaction;
 mod error;

@@ -7,10 +7,12 @@
 //! the file and offset. A newest segment whose header is incomplete was torn while being created and
 //! holds nothing: it is removed and created again.
 
+use std::collections::BTreeMap;
 use std::fs::OpenOptions;
 use std::path::Path;
 use std::sync::Arc;
 
+use crate::checkpoint::{self, SegmentMark};
 use crate::error::{Error, Result};
 use crate::index::{Index, Location, PinInfo};
 use crate::item::TypeSpec;
@@ -22,6 +24,7 @@ use crate::log::writer::{create_segment, sync_dir, ActiveSegment};
 
 /// What opening found and did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RecoveryStats {
     /// Segments read.
     pub segments: u64,
@@ -37,6 +40,10 @@ pub struct RecoveryStats {
     pub removed_temporary_files: u64,
     /// Milliseconds the replay took.
     pub millis: u64,
+    /// The sequence number of the checkpoint opening started from, if it used one.
+    pub checkpoint_seq: Option<u64>,
+    /// Why the newest checkpoint was not used (damaged, stale), when opening replayed the whole log.
+    pub checkpoint_rejected: Option<String>,
 }
 
 pub(crate) struct Recovered {
@@ -63,12 +70,13 @@ pub(crate) enum ScanEnd {
 /// be a torn tail (when no valid frame follows it).
 pub(crate) fn scan_frames(
     bytes: &[u8],
+    from: usize,
     next_seq: &mut u64,
     newest: bool,
     allow_gaps: bool,
     on_frame: &mut FrameVisitor<'_>,
 ) -> ScanEnd {
-    let mut offset = SEGMENT_HEADER_BYTES;
+    let mut offset = from;
     while offset < bytes.len() {
         let rest = bytes.get(offset..).unwrap_or_default();
         let failure = match read_frame(rest) {
@@ -179,7 +187,24 @@ fn replay_batch(index: &mut Index, seq: u64, segment: u32, frame_offset: usize, 
     Ok(count)
 }
 
-/// Replays the store in `dir` (which the caller has locked).
+/// Where replay starts: the beginning of the log with an empty index, or a checkpoint's index.
+struct Start {
+    index: Index,
+    next_seq: u64,
+    /// Segments the checkpoint covers whole: opened without being read.
+    covered: BTreeMap<u32, SegmentMark>,
+    /// The segment and offset at which replay goes on after the checkpoint.
+    resume: Option<SegmentMark>,
+}
+
+impl Start {
+    fn empty() -> Start {
+        Start { index: Index::default(), next_seq: 1, covered: BTreeMap::new(), resume: None }
+    }
+}
+
+/// Replays the store in `dir` (which the caller has locked): from the newest valid checkpoint if
+/// there is one, else from the beginning of the log.
 pub(crate) fn recover(dir: &Path) -> Result<Recovered> {
     let started = std::time::Instant::now();
     let mut stats = RecoveryStats::default();
@@ -199,24 +224,89 @@ pub(crate) fn recover(dir: &Path) -> Result<Recovered> {
     }
     numbers.sort_unstable();
 
-    let mut index = Index::default();
-    let mut next_seq = 1u64;
+    if let Some((seq, path)) = checkpoint::list(dir)?.into_iter().next() {
+        let attempt = checkpoint_start(dir, &path, &numbers).and_then(|start| {
+            let mut attempt_stats = stats.clone();
+            replay(dir, &numbers, start, &mut attempt_stats)
+                .map(|recovered| (recovered, attempt_stats))
+                .map_err(|e| format!("replay after it failed: {e}"))
+        });
+        match attempt {
+            Ok(((index, active, next_seq), attempt_stats)) => {
+                stats = attempt_stats;
+                stats.checkpoint_seq = Some(seq);
+                stats.millis = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+                return Ok(Recovered { index, active, next_seq, stats });
+            }
+            Err(reason) => {
+                tracing::warn!("checkpoint {} not used, replaying the whole log: {reason}", path.display());
+                stats.checkpoint_rejected = Some(format!("{}: {reason}", path.display()));
+            }
+        }
+    }
+    let (index, active, next_seq) = replay(dir, &numbers, Start::empty(), &mut stats)?;
+    stats.millis = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    Ok(Recovered { index, active, next_seq, stats })
+}
+
+/// Loads a checkpoint and checks that the segment files are exactly those it was taken over.
+fn checkpoint_start(dir: &Path, path: &Path, numbers: &[u32]) -> Result<Start, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("cannot read it: {e}"))?;
+    let loaded = checkpoint::decode(&bytes)?;
+    let (last, sealed) = loaded.segments.split_last().ok_or("it records no segment")?;
+    let mut expected = loaded.segments.iter().map(|m| m.number);
+    for number in numbers.iter().take(loaded.segments.len()) {
+        if expected.next() != Some(*number) {
+            return Err(format!("segment {number} is not one it was taken over"));
+        }
+    }
+    if numbers.len() < loaded.segments.len() {
+        return Err("a segment it was taken over is missing".into());
+    }
+    for mark in &loaded.segments {
+        let file = dir.join(segment_file_name(mark.number));
+        let len = std::fs::metadata(&file).map_err(|e| format!("segment {}: {e}", mark.number))?.len();
+        let mut header = [0u8; SEGMENT_HEADER_BYTES];
+        std::fs::File::open(&file)
+            .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut header))
+            .map_err(|e| format!("segment {}: {e}", mark.number))?;
+        let header = SegmentHeader::decode(&header).map_err(|e| format!("segment {}: {e}", mark.number))?;
+        let same_length = if mark == last { len >= mark.len } else { len == mark.len };
+        if header.rewrites != mark.rewrites || !same_length {
+            return Err(format!("segment {} changed since it was taken", mark.number));
+        }
+    }
+    Ok(Start {
+        next_seq: loaded.seq + 1,
+        covered: sealed.iter().map(|m| (m.number, *m)).collect(),
+        resume: Some(*last),
+        index: loaded.index,
+    })
+}
+
+type Replayed = (Index, ActiveSegment, u64);
+
+/// Replays `numbers` (sorted segment numbers) into `start`'s index.
+fn replay(dir: &Path, numbers: &[u32], start: Start, stats: &mut RecoveryStats) -> Result<Replayed> {
+    let Start { mut index, mut next_seq, covered, resume } = start;
     let mut previous_rewritten = false;
     let mut active = None;
     let count = numbers.len();
     for (position, number) in numbers.iter().copied().enumerate() {
         let newest = position + 1 == count;
         let path = dir.join(segment_file_name(number));
-        let corrupt = |offset: usize, reason: String| Error::Corrupt {
-            file: path.clone(),
-            offset: offset as u64,
-            reason,
-        };
+        let corrupt = |offset: usize, reason: String| Error::Corrupt { file: path.clone(), offset: offset as u64, reason };
         if position > 0 && numbers.get(position - 1).is_some_and(|previous| previous + 1 != number) {
             return Err(corrupt(0, format!("segment {} is missing before this one", number - 1)));
         }
-        let bytes = read_whole(&path)?;
         stats.segments += 1;
+        if let Some(mark) = covered.get(&number) {
+            // Covered by the checkpoint, which checked its header and length: map it, read nothing.
+            previous_rewritten = mark.rewrites > 0;
+            index.segments.insert(number, Arc::new(Segment::open(&path, true, mark.len)?));
+            continue;
+        }
+        let bytes = read_whole(&path)?;
         let header = match SegmentHeader::decode(&bytes) {
             Ok(header) => header,
             Err(_) if newest && bytes.len() <= SEGMENT_HEADER_BYTES => {
@@ -230,44 +320,38 @@ pub(crate) fn recover(dir: &Path) -> Result<Recovered> {
             Err(reason) => return Err(corrupt(0, reason)),
         };
         if header.number != number {
-            return Err(corrupt(
-                12,
-                format!("header says segment {}, file name says {number}", header.number),
-            ));
+            return Err(corrupt(12, format!("header says segment {}, file name says {number}", header.number)));
         }
-        // A rewritten segment may have lost its last frames: the next one may start later.
-        let continues = header.base_seq == next_seq || (previous_rewritten && header.base_seq > next_seq);
-        if !continues {
-            return Err(corrupt(
-                16,
-                format!(
-                    "segment starts at seq {}, but the log before it ends at {}",
-                    header.base_seq,
-                    next_seq - 1
-                ),
-            ));
-        }
-        next_seq = header.base_seq;
+        let from = match resume {
+            Some(mark) if mark.number == number => usize::try_from(mark.len).unwrap_or(usize::MAX),
+            _ => {
+                // A rewritten segment may have lost its last frames: the next one may start later.
+                let continues = header.base_seq == next_seq || (previous_rewritten && header.base_seq > next_seq);
+                if !continues {
+                    return Err(corrupt(
+                        16,
+                        format!(
+                            "segment starts at seq {}, but the log before it ends at {}",
+                            header.base_seq,
+                            next_seq - 1
+                        ),
+                    ));
+                }
+                next_seq = header.base_seq;
+                SEGMENT_HEADER_BYTES
+            }
+        };
         previous_rewritten = header.rewrites > 0;
         let mut frames = 0u64;
         let mut records = 0u64;
-        let end = match scan_frames(
-            &bytes,
-            &mut next_seq,
-            newest,
-            header.rewrites > 0,
-            &mut |seq, offset, payload| {
-                frames += 1;
-                records += replay_batch(&mut index, seq, number, offset, payload)?;
-                Ok(())
-            },
-        ) {
+        let scanned = scan_frames(&bytes, from, &mut next_seq, newest, header.rewrites > 0, &mut |seq, offset, payload| {
+            frames += 1;
+            records += replay_batch(&mut index, seq, number, offset, payload)?;
+            Ok(())
+        });
+        let end = match scanned {
             ScanEnd::Clean { end } => end,
-            ScanEnd::Bad {
-                offset,
-                torn: true,
-                reason,
-            } => {
+            ScanEnd::Bad { offset, torn: true, reason } => {
                 tracing::warn!(
                     "truncating a torn tail of {} bytes at offset {offset} of {}: {reason}",
                     bytes.len() - offset,
@@ -276,11 +360,7 @@ pub(crate) fn recover(dir: &Path) -> Result<Recovered> {
                 stats.truncated_bytes += (bytes.len() - offset) as u64;
                 offset
             }
-            ScanEnd::Bad {
-                offset,
-                reason,
-                torn: false,
-            } => return Err(corrupt(offset, reason)),
+            ScanEnd::Bad { offset, reason, torn: false } => return Err(corrupt(offset, reason)),
         };
         stats.frames += frames;
         stats.records += records;
@@ -291,23 +371,14 @@ pub(crate) fn recover(dir: &Path) -> Result<Recovered> {
                 .open(&path)
                 .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
             if end < bytes.len() {
-                file.set_len(end as u64)
-                    .map_err(|e| Error::io(format!("truncating {}", path.display()), e))?;
-                file.sync_all()
-                    .map_err(|e| Error::io(format!("syncing {}", path.display()), e))?;
+                file.set_len(end as u64).map_err(|e| Error::io(format!("truncating {}", path.display()), e))?;
+                file.sync_all().map_err(|e| Error::io(format!("syncing {}", path.display()), e))?;
             }
             let segment = Arc::new(Segment::open(&path, false, end as u64)?);
             index.segments.insert(number, Arc::clone(&segment));
-            active = Some(ActiveSegment {
-                file,
-                number,
-                len: end as u64,
-                segment,
-            });
+            active = Some(ActiveSegment { file, number, len: end as u64, segment });
         } else {
-            index
-                .segments
-                .insert(number, Arc::new(Segment::open(&path, true, bytes.len() as u64)?));
+            index.segments.insert(number, Arc::new(Segment::open(&path, true, bytes.len() as u64)?));
         }
     }
     let active = match active {
@@ -316,11 +387,5 @@ pub(crate) fn recover(dir: &Path) -> Result<Recovered> {
     };
     index.segments.insert(active.number, Arc::clone(&active.segment));
     index.seq = next_seq - 1;
-    stats.millis = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-    Ok(Recovered {
-        index,
-        active,
-        next_seq,
-        stats,
-    })
+    Ok((index, active, next_seq))
 }

@@ -21,7 +21,7 @@ use crate::limits::{
     SEGMENT_BYTES_MIN,
 };
 use crate::log::record::{decode_batch, RecordView};
-use crate::log::segment::{read_whole, SegmentHeader};
+use crate::log::segment::{read_whole, SegmentHeader, SEGMENT_HEADER_BYTES};
 use crate::log::writer::{Command, Op, OpOutcome, Writer};
 use crate::query::{ContextQuery, QueryStats};
 use crate::recovery::{recover, scan_frames, RecoveryStats, ScanEnd};
@@ -258,6 +258,13 @@ impl Shared {
         let commands = self.commands.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let sender = commands.as_ref().ok_or(Error::Closed)?;
         sender.send(command).map_err(|_| Error::Closed)
+    }
+
+    /// Makes every published batch durable.
+    pub(crate) fn flush(&self) -> Result<()> {
+        let (reply, answer) = crossbeam_channel::bounded(1);
+        self.send(Command::Flush { reply })?;
+        answer.recv().map_err(|_| Error::Closed)?
     }
 
     /// Counts a live snapshot handle at `seq`, so that compaction keeps what it sees.
@@ -550,9 +557,7 @@ impl Store {
     /// # Errors
     /// `Poisoned` after an earlier failure; `Io` if the fsync fails.
     pub fn flush(&self) -> Result<()> {
-        let (reply, answer) = crossbeam_channel::bounded(1);
-        self.inner.shared.send(Command::Flush { reply })?;
-        answer.recv().map_err(|_| Error::Closed)?
+        self.inner.shared.flush()
     }
 
     /// A read view of now: the current sequence number and clock time. While the handle lives,
@@ -758,9 +763,7 @@ impl Store {
             let mut records_checked = 0u64;
             let mut frames_checked = 0u64;
             let mut damaged_records = Vec::new();
-            let end = scan_frames(
-                &bytes,
-                &mut seq,
+            let end = scan_frames(&bytes, SEGMENT_HEADER_BYTES, &mut seq,
                 false,
                 header.rewrites > 0,
                 &mut |_, offset, payload| {

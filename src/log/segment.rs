@@ -111,18 +111,29 @@ pub(crate) struct Segment {
     file: File,
     map: Option<Mmap>,
     published_len: AtomicU64,
+    /// How many times compaction rewrote the file (from its header).
+    pub(crate) rewrites: u32,
 }
 
 impl Segment {
     /// Opens segment `path` for reading; `sealed` segments are mapped.
     pub(crate) fn open(path: &Path, sealed: bool, published_len: u64) -> Result<Segment> {
         let file = File::open(path).map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
+        let mut header = [0u8; SEGMENT_HEADER_BYTES];
+        file.read_exact_at(&mut header, 0)
+            .map_err(|e| Error::io(format!("reading the header of {}", path.display()), e))?;
+        let header = SegmentHeader::decode(&header).map_err(|reason| Error::Corrupt {
+            file: path.to_path_buf(),
+            offset: 0,
+            reason,
+        })?;
         let map = if sealed { Some(map_file(&file, path)?) } else { None };
         Ok(Segment {
             path: path.to_path_buf(),
             file,
             map,
             published_len: AtomicU64::new(published_len),
+            rewrites: header.rewrites,
         })
     }
 
