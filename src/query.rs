@@ -26,7 +26,7 @@ use crate::time::TimeRange;
 /// ```
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ContextQuery {
-    pub(crate) types: Vec<String>,
+    pub(crate) types: Option<Vec<String>>,
     pub(crate) time_range: Option<TimeRange>,
     pub(crate) scopes: Option<Vec<Scope>>,
     pub(crate) min_confidence: Option<f64>,
@@ -43,7 +43,8 @@ impl ContextQuery {
         Self::default()
     }
 
-    /// Only items of these types. Default: every type. Naming an unregistered type is an
+    /// Only items of these types (an empty list matches nothing, as for scopes and sources).
+    /// Default: every type. Naming an unregistered type is an
     /// `Error::UnknownType` when the query runs.
     #[must_use]
     pub fn types<I, S>(mut self, types: I) -> Self
@@ -51,7 +52,7 @@ impl ContextQuery {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        self.types = types.into_iter().map(Into::into).collect();
+        self.types = Some(types.into_iter().map(Into::into).collect());
         self
     }
 
@@ -159,7 +160,7 @@ fn lookup<'v>(content: &'v Value, path: &str) -> Option<&'v Value> {
 
 fn check_query(index: &Index, query: &ContextQuery) -> Result<()> {
     let known = index.registry.known();
-    for kind in &query.types {
+    for kind in query.types.iter().flatten() {
         if !known.iter().any(|k| k == kind) {
             return Err(Error::UnknownType {
                 kind: kind.clone(),
@@ -248,9 +249,8 @@ pub(crate) fn run(
     };
 
     // Interned filters. A value never interned matches nothing.
-    let kinds: Option<Vec<u16>> = (!query.types.is_empty()).then(|| {
-        query
-            .types
+    let kinds: Option<Vec<u16>> = query.types.as_ref().map(|types| {
+        types
             .iter()
             .filter_map(|kind| index.kinds.get(kind.as_str()))
             .filter_map(|id| u16::try_from(id).ok())

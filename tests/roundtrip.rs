@@ -618,3 +618,27 @@ fn filters_select_exactly_the_matching_items() {
         }),
     );
 }
+
+#[test]
+fn empty_filter_lists_match_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = ctxlog::Store::open(dir.path()).expect("open");
+    let item = ctxlog::ContextItem::new(
+        "e1",
+        "message",
+        serde_json::json!({"a": 1}),
+        "src",
+        1_700_000_000,
+        "1",
+        ctxlog::Scope::GlobalWritable,
+    );
+    store.add([item]).expect("add");
+    let everything = ctxlog::ContextQuery::new();
+    assert_eq!(store.get(&everything).expect("get").len(), 1);
+    let no_types = ctxlog::ContextQuery::new().types(Vec::<String>::new());
+    let no_scopes = ctxlog::ContextQuery::new().scopes(Vec::new());
+    let no_sources = ctxlog::ContextQuery::new().sources(Vec::<String>::new());
+    for query in [no_types, no_scopes, no_sources] {
+        assert!(store.get(&query).expect("get").is_empty(), "{query:?}");
+    }
+}

@@ -1,1 +1,668 @@
-fn main() {}
+//! `ctxlog`: a command-line tour of the engine.
+//!
+//! `ctxlog demo [DIR]` writes a few thousand realistic context items into a store (a fresh directory
+//! under the system temp dir unless DIR is given), then queries, resolves, isolates sessions, takes a
+//! snapshot, reopens the store and verifies it, printing what each step found and how long it took.
+//! The store's clock is a `ManualClock` standing at 2024-05-10T10:00:00Z and the data comes from a
+//! seeded generator, so every run on a fresh directory prints the same answers (timings aside).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use clap::{Parser, Subcommand};
+use ctxlog::{
+    format_rfc3339, AddOutcome, Clock, ContextItem, ContextQuery, Error, ManualClock, Options, Resolution, Scope,
+    Store, TimeRange, TypeSpec,
+};
+use serde_json::{json, Value};
+
+/// The demo clock's starting time: 2024-05-10T10:00:00Z.
+const DEMO_NOW: i64 = 1_715_335_200;
+/// Items the demo writes in bulk, and how many go in one batch.
+const BULK_ITEMS: usize = 3_000;
+const BATCH_ITEMS: usize = 100;
+/// Sessions s1..=s20.
+const SESSIONS: u64 = 20;
+const HOUR: i64 = 3_600;
+const DAY: i64 = 24 * HOUR;
+/// TTLs of the types that expire.
+const TOOL_RESULT_TTL: u64 = 6 * 3_600;
+const METRIC_TTL: u64 = 3_600;
+const PROFILE_TTL: u64 = 7 * 24 * 3_600;
+/// The document chunks that get a second version after the snapshot.
+const REVISED: usize = 25;
+/// Late document chunks added into the query window after the snapshot.
+const LATE: usize = 10;
+
+#[derive(Parser)]
+#[command(
+    name = "ctxlog",
+    version,
+    about = "ctxlog: an embedded store for the context AI applications hand to their models"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Writes a few thousand items into a store and shows queries, resolves, sessions, snapshots,
+    /// reopening and verification, with counts and timings.
+    Demo {
+        /// Store directory; used as is if it exists. Default: a fresh directory under the system temp dir.
+        dir: Option<PathBuf>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Demo { dir } => demo(dir),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("ctxlog: error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Errors of the demo: a message with what it was doing.
+type Fallible<T> = Result<T, String>;
+
+trait Context<T> {
+    fn context(self, what: &str) -> Fallible<T>;
+}
+
+impl<T, E: std::fmt::Display> Context<T> for Result<T, E> {
+    fn context(self, what: &str) -> Fallible<T> {
+        self.map_err(|e| format!("{what}: {e}"))
+    }
+}
+
+fn ms(elapsed: Duration) -> String {
+    format!("{:.2} ms", elapsed.as_secs_f64() * 1e3)
+}
+
+fn human_bytes(bytes: u64) -> String {
+    #[allow(clippy::cast_precision_loss)]
+    let b = bytes as f64;
+    if bytes >= 1 << 20 {
+        format!("{:.2} MiB", b / f64::from(1u32 << 20))
+    } else if bytes >= 1 << 10 {
+        format!("{:.1} KiB", b / 1024.0)
+    } else {
+        format!("{bytes} B")
+    }
+}
+
+/// The store directory: DIR as given, or a fresh one under the temp dir. A DIR that holds files but no
+/// store is refused, so that the demo never writes into an unrelated directory.
+fn demo_dir(dir: Option<PathBuf>) -> Fallible<PathBuf> {
+    let Some(dir) = dir else {
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |elapsed| elapsed.as_nanos());
+        return Ok(std::env::temp_dir().join(format!("ctxlog-demo-{}-{nanos}", std::process::id())));
+    };
+    if dir.exists() {
+        let entries = std::fs::read_dir(&dir).context(&format!("reading {}", dir.display()))?;
+        let mut names = Vec::new();
+        for entry in entries {
+            let entry = entry.context(&format!("reading {}", dir.display()))?;
+            names.push(entry.file_name().to_string_lossy().into_owned());
+        }
+        let is_store = names.iter().any(|n| n == "LOCK" || n.ends_with(".seg"));
+        if !names.is_empty() && !is_store {
+            return Err(format!(
+                "{} is not empty and holds no ctxlog store; give an empty or new directory",
+                dir.display()
+            ));
+        }
+    }
+    Ok(dir)
+}
+
+/// A small seeded generator (`SplitMix64`), so that every run writes the same items.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    fn pick<'a>(&mut self, choices: &[&'a str]) -> &'a str {
+        let n = u64::try_from(choices.len()).unwrap_or(1).max(1);
+        let at = usize::try_from(self.below(n)).unwrap_or(0);
+        choices.get(at).copied().unwrap_or_default()
+    }
+
+    /// A confidence in 0.50..=0.99.
+    fn confidence(&mut self) -> f64 {
+        let hundredths = u32::try_from(50 + self.below(50)).unwrap_or(50);
+        f64::from(hundredths) / 100.0
+    }
+
+    fn session(&mut self) -> Scope {
+        Scope::Session(format!("s{}", 1 + self.below(SESSIONS)))
+    }
+}
+
+const DOCS: [&str; 4] = ["msa_acme_2024", "dpa_globex_2023", "sla_initech_v2", "nda_umbrella"];
+const CLAUSE_TEXT: [&str; 4] = [
+    "Either party may terminate this Agreement on ninety (90) days' written notice.",
+    "Liability of either party is capped at the fees paid in the twelve months before the claim.",
+    "Personal data is processed only on documented instructions from the controller.",
+    "Disputes are settled by arbitration seated in the place named in Schedule 2.",
+];
+
+/// The `n`-th bulk item: realistic shapes of every built-in type plus `legal_clause`.
+fn bulk_item(n: usize, rng: &mut Rng, clauses: &mut u64) -> ContextItem {
+    // Spread over the 24 hours before the demo clock, oldest first.
+    let span = i64::try_from(n).unwrap_or(0) * DAY / i64::try_from(BULK_ITEMS).unwrap_or(1);
+    let timestamp = DEMO_NOW - DAY + span + i64::try_from(rng.below(30)).unwrap_or(0);
+    let roll = rng.below(100);
+    match roll {
+        0..=39 => {
+            let doc = rng.pick(&DOCS);
+            ContextItem::new(
+                format!("dc_{n:05}"),
+                "document_chunk",
+                json!({"doc": doc, "chunk": rng.below(400), "lang": "en",
+                       "text": rng.pick(&CLAUSE_TEXT)}),
+                rng.pick(&["contracts_sharepoint", "policy_wiki", "product_docs"]),
+                timestamp,
+                "1",
+                Scope::GlobalReadonly,
+            )
+            .with_confidence(rng.confidence())
+        }
+        40..=63 => ContextItem::new(
+            format!("msg_{n:05}"),
+            "message",
+            json!({"role": rng.pick(&["user", "assistant"]), "turn": rng.below(40),
+                   "text": rng.pick(&["Can you summarise clause 12?", "Here is the termination clause.",
+                                      "What changed since the last draft?", "The cap is twelve months of fees."])}),
+            "chat_ui",
+            timestamp,
+            "1",
+            rng.session(),
+        ),
+        64..=77 => ContextItem::new(
+            format!("tr_{n:05}"),
+            "tool_result",
+            json!({"tool": rng.pick(&["web_search", "sql_runner", "contract_lookup"]),
+                   "query": rng.pick(&["acme termination notice", "open invoices Q2", "globex dpa annex"]),
+                   "hits": rng.below(25)}),
+            rng.pick(&["search_api", "warehouse"]),
+            timestamp,
+            "1",
+            rng.session(),
+        )
+        .with_ttl(TOOL_RESULT_TTL)
+        .with_confidence(rng.confidence()),
+        78..=87 => {
+            let micros = u32::try_from(rng.below(400_000)).unwrap_or(0);
+            ContextItem::new(
+                format!("mm_{n:05}"),
+                "monitoring_metric",
+                json!({"metric": rng.pick(&["p95_latency_ms", "error_rate", "tokens_per_s"]),
+                       "host": format!("api-{}", 1 + rng.below(6)),
+                       "value": f64::from(micros) / 1_000.0}),
+                "prometheus",
+                timestamp,
+                "1",
+                Scope::GlobalWritable,
+            )
+            .with_ttl(METRIC_TTL)
+        }
+        88..=92 => {
+            *clauses += 1;
+            let section = format!("{}.{}", 1 + *clauses / 10, 1 + *clauses % 10);
+            ContextItem::new(
+                format!("cl_{section}"),
+                "legal_clause",
+                json!({"contract": rng.pick(&DOCS), "section": section,
+                       "jurisdiction": rng.pick(&["CN", "DE", "US"]), "text": rng.pick(&CLAUSE_TEXT)}),
+                "contracts_sharepoint",
+                timestamp,
+                "1",
+                Scope::GlobalReadonly,
+            )
+            .with_confidence(rng.confidence())
+        }
+        93..=95 => {
+            let scope = rng.session();
+            ContextItem::new(
+                format!("up_{n:05}"),
+                "user_profile",
+                json!({"user": format!("u_{}", rng.below(500)), "plan": rng.pick(&["free", "pro", "team"]),
+                       "locale": rng.pick(&["en-GB", "de-DE", "zh-CN"])}),
+                "profile_service",
+                timestamp,
+                "1",
+                scope,
+            )
+            .with_ttl(PROFILE_TTL)
+        }
+        96..=97 => ContextItem::new(
+            format!("fb_{n:05}"),
+            "user_feedback",
+            json!({"rating": 1 + rng.below(5), "comment": rng.pick(&["helpful", "missed clause 7", "too long"])}),
+            "chat_ui",
+            timestamp,
+            "1",
+            rng.session(),
+        ),
+        _ => ContextItem::new(
+            format!("pd_{n:05}"),
+            "product_document",
+            json!({"product": rng.pick(&["ctx-gateway", "ctx-review"]), "section": "pricing",
+                   "text": "Seats are billed monthly."}),
+            "product_docs",
+            timestamp,
+            "1",
+            Scope::GlobalReadonly,
+        ),
+    }
+}
+
+/// A resolution in a few words.
+fn describe(resolution: &Resolution) -> String {
+    match resolution {
+        Resolution::Found(item) => format!("Found v{}", item.version),
+        Resolution::NotFound { .. } => "NotFound".to_owned(),
+        Resolution::Expired { expired_at, .. } => format!("Expired (at {})", format_rfc3339(*expired_at)),
+        Resolution::Superseded { latest, .. } => format!("Superseded (latest v{})", latest.version),
+        Resolution::HashMismatch { .. } => "HashMismatch".to_owned(),
+        other => format!("{other:?}"),
+    }
+}
+
+fn describe_all(resolutions: &[Resolution]) -> String {
+    resolutions.iter().map(describe).collect::<Vec<_>>().join(", ")
+}
+
+fn first_item(store: &Store, query: &ContextQuery, what: &str) -> Fallible<ContextItem> {
+    store
+        .get(&query.clone().limit(1))
+        .context(&format!("finding {what}"))?
+        .into_iter()
+        .next()
+        .ok_or_else(|| format!("the demo data holds no {what}"))
+}
+
+fn to_json<T: serde::Serialize>(value: &T) -> Fallible<String> {
+    serde_json::to_string(value).context("serialising an answer")
+}
+
+/// Checks the demo makes as it goes; any failure makes it exit non-zero.
+#[derive(Default)]
+struct Checks(Vec<(&'static str, bool)>);
+
+impl Checks {
+    fn record(&mut self, what: &'static str, ok: bool) -> bool {
+        self.0.push((what, ok));
+        ok
+    }
+}
+
+#[allow(
+    clippy::too_many_lines,
+    reason = "one linear script, step by step, reads best in one place"
+)]
+fn demo(dir: Option<PathBuf>) -> Fallible<()> {
+    let dir = demo_dir(dir)?;
+    let clock = Arc::new(ManualClock::new(DEMO_NOW));
+    let mut checks = Checks::default();
+    println!(
+        "ctxlog demo: store {} (ManualClock at {})",
+        dir.display(),
+        format_rfc3339(DEMO_NOW)
+    );
+
+    // Open and register a type.
+    let started = Instant::now();
+    let store = Options::new()
+        .clock(clock.clone())
+        .open(&dir)
+        .context("opening the store")?;
+    println!(
+        "open: {} (durability Immediate: every add returns after its fsync)",
+        ms(started.elapsed())
+    );
+    let clause_pattern = r"^cl_[0-9.a-z]+$";
+    store
+        .register_type(TypeSpec::new("legal_clause").id_pattern(clause_pattern))
+        .context("registering legal_clause")?;
+    let refused = store.add([ContextItem::new(
+        "clause-7",
+        "legal_clause",
+        json!({"text": "..."}),
+        "contracts_sharepoint",
+        DEMO_NOW,
+        "1",
+        Scope::GlobalReadonly,
+    )]);
+    let pattern_enforced = checks.record(
+        "legal_clause id pattern enforced",
+        matches!(refused, Err(Error::Invalid { .. })),
+    );
+    println!("register legal_clause {clause_pattern}: ok; id \"clause-7\" refused: {pattern_enforced}");
+
+    // Bulk write.
+    let mut rng = Rng(0x00C7_7106);
+    let mut clauses = 0u64;
+    let items: Vec<ContextItem> = (0..BULK_ITEMS).map(|n| bulk_item(n, &mut rng, &mut clauses)).collect();
+    let mut per_type = std::collections::BTreeMap::<String, usize>::new();
+    for item in &items {
+        *per_type.entry(item.kind.clone()).or_default() += 1;
+    }
+    let (mut added, mut unchanged, mut batches) = (0usize, 0usize, 0usize);
+    let started = Instant::now();
+    for chunk in items.chunks(BATCH_ITEMS) {
+        for outcome in store.add(chunk.iter().cloned()).context("adding a batch")? {
+            match outcome {
+                AddOutcome::Added { .. } => added += 1,
+                _ => unchanged += 1,
+            }
+        }
+        batches += 1;
+    }
+    let elapsed = started.elapsed();
+    println!(
+        "add: {BULK_ITEMS} items in {batches} batches of {BATCH_ITEMS}, sessions s1..s{SESSIONS}: {added} added, {unchanged} unchanged in {} ({} per batch)",
+        ms(elapsed),
+        ms(elapsed / u32::try_from(batches.max(1)).unwrap_or(1))
+    );
+    let mix: Vec<String> = per_type.iter().map(|(kind, count)| format!("{kind} {count}")).collect();
+    println!("  types: {}", mix.join(", "));
+
+    // Queries.
+    let window = TimeRange::parse("2024-05-10T08:00:00Z", "2024-05-10T09:59:59Z").context("parsing the window")?;
+    let chunks_query = ContextQuery::new().types(["document_chunk"]).time_range(window);
+    let started = Instant::now();
+    let (chunks, stats) = store
+        .get_with_stats(&chunks_query)
+        .context("querying document chunks")?;
+    println!(
+        "get document_chunk 08:00-09:59: returned {}, examined {}, index {:?}, {}",
+        stats.returned,
+        stats.examined,
+        stats.index,
+        ms(started.elapsed())
+    );
+    let cn_query = ContextQuery::new()
+        .types(["legal_clause"])
+        .content_eq("jurisdiction", json!("CN"))
+        .min_confidence(0.8)
+        .newest_first()
+        .limit(5);
+    let started = Instant::now();
+    let (cn, stats) = store.get_with_stats(&cn_query).context("querying legal clauses")?;
+    let cn_ids: Vec<&str> = cn.iter().map(|item| item.id.as_str()).collect();
+    println!(
+        "get legal_clause jurisdiction=CN confidence>=0.8 newest 5: [{}], examined {}, index {:?}, {}",
+        cn_ids.join(", "),
+        stats.examined,
+        stats.index,
+        ms(started.elapsed())
+    );
+
+    // Resolves: Found, Expired, Superseded, NotFound.
+    let doc = chunks.first().cloned().ok_or("no document chunk in the window")?;
+    let tool = first_item(
+        &store,
+        &ContextQuery::new().types(["tool_result"]).newest_first(),
+        "tool result",
+    )?;
+    let clause = first_item(&store, &ContextQuery::new().types(["legal_clause"]), "legal clause")?;
+    let mut amended = ContextItem::new(
+        clause.id.clone(),
+        "legal_clause",
+        clause.content.clone(),
+        clause.source.clone(),
+        DEMO_NOW,
+        "2",
+        clause.scope.clone(),
+    );
+    if let Value::Object(fields) = &mut amended.content {
+        fields.insert(
+            "text".into(),
+            json!("Amended: termination on thirty (30) days' written notice."),
+        );
+    }
+    store.add([amended]).context("adding a new version of a clause")?;
+    clock.advance(6 * HOUR);
+    let refs = [
+        doc.id.clone(),
+        tool.id.clone(),
+        format!("{}@1", clause.id),
+        "dc_99999".to_owned(),
+    ];
+    let started = Instant::now();
+    let resolved = store.resolve(&refs).context("resolving")?;
+    let elapsed = started.elapsed();
+    println!(
+        "added {}@2; clock +6 h to {} (tool results have a 6 h TTL); resolve in {}:",
+        clause.id,
+        format_rfc3339(clock.now()),
+        ms(elapsed)
+    );
+    for (reference, resolution) in refs.iter().zip(&resolved) {
+        println!("  {reference:<14} -> {}", describe(resolution));
+    }
+    let kinds_ok = matches!(
+        resolved.as_slice(),
+        [
+            Resolution::Found(_),
+            Resolution::Expired { .. },
+            Resolution::Superseded { .. },
+            Resolution::NotFound { .. }
+        ]
+    );
+    checks.record("resolve gives Found, Expired, Superseded, NotFound", kinds_ok);
+
+    // Sessions.
+    {
+        let other = first_item(
+            &store,
+            &ContextQuery::new()
+                .types(["message"])
+                .scopes([Scope::Session("s2".into())]),
+            "message of s2",
+        )?;
+        let s1 = store.session("s1").context("opening session s1")?;
+        let seen = s1.get(&ContextQuery::new().types(["message"])).context("session get")?;
+        let own_only = seen.iter().all(|item| item.scope == Scope::Session("s1".into()));
+        let through_s1 = s1.resolve([other.id.as_str()]).context("session resolve")?;
+        let through_store = store.resolve([other.id.as_str()]).context("resolving")?;
+        let write = s1.add([ContextItem::new(
+            "msg_intruder",
+            "message",
+            json!({"role": "user", "text": "hi"}),
+            "chat_ui",
+            DEMO_NOW,
+            "1",
+            Scope::Session("s2".into()),
+        )]);
+        let denied = matches!(write, Err(Error::PermissionDenied { .. }));
+        println!(
+            "session s1: get message -> {} items, all s1: {own_only}; resolve {} (s2's) -> {} (store: {}); write to s2 denied: {denied}",
+            seen.len(),
+            other.id,
+            describe_all(&through_s1),
+            describe_all(&through_store)
+        );
+        let isolated = own_only
+            && denied
+            && matches!(through_s1.as_slice(), [Resolution::NotFound { .. }])
+            && matches!(through_store.as_slice(), [Resolution::Found(_)]);
+        checks.record("session isolation", isolated);
+    }
+
+    // Snapshot, then change things under it.
+    let profile = first_item(
+        &store,
+        &ContextQuery::new().types(["user_profile"]).newest_first(),
+        "user profile",
+    )?;
+    let deleted = chunks.last().cloned().ok_or("no document chunk in the window")?;
+    let snap_refs = [
+        doc.id.clone(),
+        deleted.id.clone(),
+        format!("{}@1", clause.id),
+        profile.id.clone(),
+    ];
+    let snap = store.snapshot();
+    let snap_get = snap.get(&chunks_query).context("snapshot get")?;
+    let snap_resolve = snap.resolve(&snap_refs).context("snapshot resolve")?;
+    let before = (to_json(&snap_get)?, to_json(&snap_resolve)?);
+    println!(
+        "snapshot at seq {}, {}: get {} chunks; resolve {} -> {}",
+        snap.seq(),
+        format_rfc3339(snap.taken_at()),
+        snap_get.len(),
+        snap_refs.join(" "),
+        describe_all(&snap_resolve)
+    );
+
+    let revisions: Vec<ContextItem> = chunks
+        .iter()
+        .take(REVISED)
+        .map(|item| {
+            let mut content = item.content.clone();
+            if let Value::Object(fields) = &mut content {
+                fields.insert("text".into(), json!("Revised after legal review."));
+            }
+            ContextItem::new(
+                item.id.clone(),
+                "document_chunk",
+                content,
+                item.source.clone(),
+                item.timestamp,
+                "2",
+                Scope::GlobalReadonly,
+            )
+        })
+        .collect();
+    let late: Vec<ContextItem> = (0..LATE)
+        .map(|n| {
+            ContextItem::new(
+                format!("dc_late_{n:02}"),
+                "document_chunk",
+                json!({"doc": "msa_acme_2024", "chunk": 400 + n, "lang": "en", "text": "Late-arriving annex."}),
+                "contracts_sharepoint",
+                DEMO_NOW - 2 * HOUR + i64::try_from(n).unwrap_or(0) * 300,
+                "1",
+                Scope::GlobalReadonly,
+            )
+        })
+        .collect();
+    let started = Instant::now();
+    store.add(revisions).context("adding new versions")?;
+    store.add(late).context("adding late chunks")?;
+    let existed = store.delete(&deleted.id).context("deleting")?;
+    clock.advance(7 * DAY);
+    println!(
+        "then: {REVISED} chunks at v2, {LATE} late chunks, delete {} ({existed}), clock +7 d (profiles have a 7 d TTL), in {}",
+        deleted.id,
+        ms(started.elapsed())
+    );
+
+    let snap_get = snap.get(&chunks_query).context("snapshot get")?;
+    let snap_resolve = snap.resolve(&snap_refs).context("snapshot resolve")?;
+    let unchanged = (to_json(&snap_get)?, to_json(&snap_resolve)?) == before;
+    checks.record("snapshot answers unchanged", unchanged);
+    println!(
+        "  snapshot: get {} chunks; resolve -> {}; unchanged: {unchanged}",
+        snap_get.len(),
+        describe_all(&snap_resolve)
+    );
+    let live_get = store.get(&chunks_query).context("live get")?;
+    let live_resolve = store.resolve(&snap_refs).context("live resolve")?;
+    let at_v2 = live_get.iter().filter(|item| item.version == "2").count();
+    let changed = to_json(&live_get)? != before.0 && to_json(&live_resolve)? != before.1;
+    checks.record("live answers changed", changed);
+    println!(
+        "  live:     get {} chunks ({at_v2} at v2); resolve -> {}; changed: {changed}",
+        live_get.len(),
+        describe_all(&live_resolve)
+    );
+    drop(snap);
+
+    // Reopen.
+    let before_stats = store.stats();
+    let live_before = to_json(&live_get)?;
+    drop(store);
+    let started = Instant::now();
+    let store = Options::new()
+        .clock(clock.clone())
+        .open(&dir)
+        .context("reopening the store")?;
+    let reopen = started.elapsed();
+    let after_stats = store.stats();
+    let live_after = to_json(&store.get(&chunks_query).context("get after reopen")?)?;
+    let counts_match = (before_stats.items, before_stats.versions, before_stats.seq)
+        == (after_stats.items, after_stats.versions, after_stats.seq);
+    let answers_match = live_before == live_after;
+    checks.record("counts match after reopen", counts_match);
+    checks.record("answers match after reopen", answers_match);
+    let recovery = &after_stats.recovery;
+    println!(
+        "reopen: {} (replayed {} frames, {} records from {} segment(s), {} torn bytes cut); counts match: {counts_match}; answers match: {answers_match}",
+        ms(reopen),
+        recovery.frames,
+        recovery.records,
+        recovery.segments,
+        recovery.truncated_bytes
+    );
+
+    // Stats and verify.
+    println!(
+        "stats: {} items (expired ones count until compaction), {} versions, {} segment(s), {} on disk, index ~{:.0} B per version (estimate)",
+        after_stats.items,
+        after_stats.versions,
+        after_stats.segments,
+        human_bytes(after_stats.bytes_on_disk),
+        after_stats.index_bytes_per_item
+    );
+    let started = Instant::now();
+    let report = store.verify().context("verifying")?;
+    checks.record("verify finds no problem", report.is_ok());
+    println!(
+        "verify: {} segment(s), {} frames, {} records checked (CRC + SHA-256) in {}: {} problem(s)",
+        report.segments_checked,
+        report.frames_checked,
+        report.records_checked,
+        ms(started.elapsed()),
+        report.problems.len()
+    );
+    for problem in report.problems.iter().take(3) {
+        println!("  {} @ {}: {}", problem.file.display(), problem.offset, problem.reason);
+    }
+
+    let failed: Vec<&str> = checks.0.iter().filter(|(_, ok)| !ok).map(|(what, _)| *what).collect();
+    if failed.is_empty() {
+        println!(
+            "all {} checks passed; the store is left at {}",
+            checks.0.len(),
+            dir.display()
+        );
+        Ok(())
+    } else {
+        Err(format!("demo checks failed: {}", failed.join("; ")))
+    }
+}

@@ -1,0 +1,819 @@
+//! Damage to segment files is either repaired by the documented recovery policy or reported, and never
+//! returned as data: garbage after the last frame of the newest segment (random bytes, a partial
+//! frame, zeros) is truncated on open without losing anything acknowledged; every single-bit flip in
+//! a small store's segments is refused on open, reported by `verify()`, answered as `HashMismatch`, or
+//! (only inside the last frame of the newest segment, which cannot be told from a torn write)
+//! truncated away; a damaged frame in a sealed segment and a missing segment are `Error::Corrupt`
+//! naming the file, and leave the files as they were; a newest segment torn while its header was being
+//! written is removed and the store opens with everything before it.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use ctxlog::*;
+use serde_json::json;
+use sha2::{Digest, Sha256};
+
+/// The smallest segment size accepted, so that a few batches span several segments.
+const SEGMENT_SIZE: u64 = 4096;
+const SEGMENT_HEADER_BYTES: usize = 32;
+const FRAME_HEADER_BYTES: usize = 17;
+const CLOCK_START: i64 = 1_700_000_000;
+
+fn open_store(dir: &Path) -> Result<Store> {
+    Options::new()
+        .durability(Durability::Immediate)
+        .segment_size(SEGMENT_SIZE)
+        .clock(Arc::new(ManualClock::new(CLOCK_START)))
+        .open(dir)
+}
+
+/// An item whose content carries `text_len` bytes of text.
+fn item(id: &str, text_len: usize) -> ContextItem {
+    let text: String = id.chars().cycle().take(text_len).collect();
+    ContextItem::new(
+        id,
+        "document_chunk",
+        json!({"id": id, "text": text, "n": text_len}),
+        "damage-test",
+        CLOCK_START,
+        "1",
+        Scope::GlobalWritable,
+    )
+}
+
+/// The item as the store must give it back: with its content hash.
+fn stored(item: &ContextItem) -> ContextItem {
+    let digest = Sha256::digest(canonical_json(&item.content));
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    item.clone().with_hash(format!("sha256:{hex}"))
+}
+
+/// The segment files of a store, oldest first.
+fn segment_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .expect("listing the store")
+        .map(|entry| entry.expect("dir entry").path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "seg"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// The byte ranges of the frames of a segment, read from their length fields.
+fn frames(bytes: &[u8]) -> Vec<Range<usize>> {
+    let mut out = Vec::new();
+    let mut at = SEGMENT_HEADER_BYTES;
+    while at + FRAME_HEADER_BYTES <= bytes.len() {
+        let len = u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes")) as usize;
+        let end = at + FRAME_HEADER_BYTES + len;
+        assert!(
+            end <= bytes.len(),
+            "frame at {at} runs past the end of a pristine segment"
+        );
+        out.push(at..end);
+        at = end;
+    }
+    assert_eq!(at, bytes.len(), "a pristine segment ends inside a frame header");
+    out
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// Checks that the store holds exactly `items`, each as written, through `resolve` and `get`.
+fn assert_holds_exactly(store: &Store, items: &[ContextItem], context: &str) {
+    let ids: Vec<&str> = items.iter().map(|item| item.id.as_str()).collect();
+    let resolutions = store
+        .resolve(&ids)
+        .unwrap_or_else(|e| panic!("{context}: resolve failed: {e}"));
+    for (item, resolution) in items.iter().zip(resolutions) {
+        match resolution {
+            Resolution::Found(found) => assert_eq!(found, stored(item), "{context}: {} came back different", item.id),
+            other => panic!("{context}: {} resolves to {other:?}", item.id),
+        }
+    }
+    let mut got = store
+        .get(&ContextQuery::new())
+        .unwrap_or_else(|e| panic!("{context}: get failed: {e}"));
+    got.sort_by(|a, b| a.id.cmp(&b.id));
+    let mut expected: Vec<ContextItem> = items.iter().map(stored).collect();
+    expected.sort_by(|a, b| a.id.cmp(&b.id));
+    assert_eq!(
+        got, expected,
+        "{context}: get does not return exactly the items written"
+    );
+    let report = store
+        .verify()
+        .unwrap_or_else(|e| panic!("{context}: verify failed: {e}"));
+    assert!(
+        report.is_ok(),
+        "{context}: verify found problems: {:?}",
+        report.problems
+    );
+}
+
+/// Writes `batches` (one `add` each) into a new store in `dir` and closes it.
+fn write_batches(dir: &Path, batches: &[Vec<ContextItem>]) {
+    let store = open_store(dir).expect("opening a new store");
+    for batch in batches {
+        store.add(batch.clone()).expect("add");
+    }
+}
+
+/// Batches of medium items that span several 4 KiB segments.
+fn spanning_batches(prefix: &str, count: usize) -> Vec<Vec<ContextItem>> {
+    (0..count)
+        .map(|b| {
+            (0..3)
+                .map(|i| item(&format!("{prefix}{b}-{i}"), 300 + 40 * i))
+                .collect()
+        })
+        .collect()
+}
+
+/// Copies every file of a store into another directory.
+fn copy_store(from: &Path, to: &Path) {
+    for entry in std::fs::read_dir(from).expect("listing the store") {
+        let entry = entry.expect("dir entry");
+        std::fs::copy(entry.path(), to.join(entry.file_name())).expect("copying a store file");
+    }
+}
+
+/// A deterministic PRNG (SplitMix64) for garbage bytes.
+fn garbage(seed: u64, len: usize) -> Vec<u8> {
+    let mut state = seed;
+    (0..len)
+        .map(|_| {
+            state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            (z ^ (z >> 31)) as u8
+        })
+        .collect()
+}
+
+#[test]
+fn garbage_after_the_newest_segment_is_truncated_on_open() {
+    let batches = spanning_batches("g", 8);
+    let written: Vec<ContextItem> = batches.iter().flatten().cloned().collect();
+    let pristine = tempfile::tempdir().expect("temp dir");
+    write_batches(pristine.path(), &batches);
+    let segments = segment_files(pristine.path());
+    assert!(
+        segments.len() >= 3,
+        "the store should span several segments, has {segments:?}"
+    );
+    let newest = segments.last().expect("a segment").clone();
+    let newest_bytes = std::fs::read(&newest).expect("reading the newest segment");
+    let last_frame = frames(&newest_bytes).pop().expect("the newest segment holds a frame");
+    let frame_bytes = &newest_bytes[last_frame];
+
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("random bytes", garbage(7, 300)),
+        ("a single random byte", garbage(11, 1)),
+        (
+            "half a copy of the last frame",
+            frame_bytes[..frame_bytes.len() / 2].to_vec(),
+        ),
+        (
+            "a copy of the last frame's header",
+            frame_bytes[..FRAME_HEADER_BYTES].to_vec(),
+        ),
+        (
+            "a copy of the last frame but its final byte",
+            frame_bytes[..frame_bytes.len() - 1].to_vec(),
+        ),
+        ("a page of zeros", vec![0u8; 4096]),
+    ];
+    for (what, tail) in cases {
+        let dir = tempfile::tempdir().expect("temp dir");
+        copy_store(pristine.path(), dir.path());
+        let damaged = dir.path().join(file_name(&newest));
+        let mut bytes = newest_bytes.clone();
+        bytes.extend_from_slice(&tail);
+        std::fs::write(&damaged, &bytes).expect("appending garbage");
+
+        let store = open_store(dir.path()).unwrap_or_else(|e| panic!("{what}: open failed: {e}"));
+        assert_eq!(
+            store.stats().recovery.truncated_bytes,
+            tail.len() as u64,
+            "{what}: truncated_bytes is not the garbage appended"
+        );
+        assert_eq!(
+            std::fs::metadata(&damaged).expect("stat").len(),
+            newest_bytes.len() as u64,
+            "{what}: the newest segment was not cut back to its last whole frame"
+        );
+        assert_holds_exactly(&store, &written, &format!("{what}, after recovery"));
+
+        let more = vec![item("after-1", 50), item("after-2", 60)];
+        store
+            .add(more.clone())
+            .unwrap_or_else(|e| panic!("{what}: add after recovery failed: {e}"));
+        let mut all = written.clone();
+        all.extend(more);
+        assert_holds_exactly(&store, &all, &format!("{what}, after a new add"));
+        drop(store);
+
+        let store = open_store(dir.path()).unwrap_or_else(|e| panic!("{what}: second open failed: {e}"));
+        let recovery = store.stats().recovery;
+        assert_eq!(recovery.truncated_bytes, 0, "{what}: the second open truncated again");
+        assert!(
+            !recovery.removed_torn_segment,
+            "{what}: the second open removed a segment"
+        );
+        assert_holds_exactly(&store, &all, &format!("{what}, after reopening"));
+    }
+}
+
+/// How one bit flip was caught, or that it was not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Detection {
+    CorruptOnOpen,
+    ReportedByVerify,
+    HashMismatchOnResolve,
+    TruncatedAsTornTail,
+    /// The store opened, `verify()` is ok and every item resolved: the flip went unnoticed.
+    Undetected,
+}
+
+/// The pristine store of the bit-flip test: its files' bytes, the batches, and where frames are.
+struct Pristine {
+    files: Vec<(String, Vec<u8>)>,
+    batches: Vec<Vec<ContextItem>>,
+    /// The byte range of the last frame of the newest segment.
+    last_frame: Range<usize>,
+}
+
+/// Opens the work copy of the pristine store with bit `bit` of byte `at` of file `file` flipped and
+/// says how the damage was caught (failing the test if it was not, or if wrong data was returned),
+/// then puts the work copy back as it was.
+fn classify_flip(dir: &Path, pristine: &Pristine, file: usize, at: usize, bit: u8) -> Detection {
+    let path = dir.join(&pristine.files[file].0);
+    let detection = classify_flip_in_place(dir, pristine, file, at, bit);
+    // Undo the flip in place; rewrite whole files only where opening changed them (a truncated tail).
+    let byte = [pristine.files[file].1[at]];
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .and_then(|f| std::os::unix::fs::FileExt::write_all_at(&f, &byte, at as u64))
+        .expect("undoing the flip");
+    for path in segment_files(dir) {
+        match pristine.files.iter().find(|(name, _)| *name == file_name(&path)) {
+            Some((_, bytes)) => {
+                if std::fs::read(&path).expect("reading a segment copy") != *bytes {
+                    std::fs::write(&path, bytes).expect("restoring a segment copy");
+                }
+            }
+            None => std::fs::remove_file(&path).expect("removing a segment an open created"),
+        }
+    }
+    detection
+}
+
+/// Writes the pristine store into `dir` (the flip test's work directory).
+fn write_pristine(dir: &Path, pristine: &Pristine) {
+    for (name, bytes) in &pristine.files {
+        std::fs::write(dir.join(name), bytes).expect("writing a segment copy");
+    }
+}
+
+/// Flips the bit in the work copy, opens it and classifies what happened.
+fn classify_flip_in_place(dir: &Path, pristine: &Pristine, file: usize, at: usize, bit: u8) -> Detection {
+    let byte = [pristine.files[file].1[at] ^ (1 << bit)];
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(dir.join(&pristine.files[file].0))
+        .and_then(|f| std::os::unix::fs::FileExt::write_all_at(&f, &byte, at as u64))
+        .expect("flipping the bit");
+    let flipped_name = &pristine.files[file].0;
+    let context = format!("bit {bit} of byte {at} of {flipped_name}");
+    let newest = file + 1 == pristine.files.len();
+    let in_last_frame = newest && pristine.last_frame.contains(&at);
+
+    let store = match open_store(dir) {
+        Ok(store) => store,
+        Err(Error::Corrupt {
+            file: corrupt_file,
+            offset,
+            reason,
+        }) => {
+            assert_eq!(
+                file_name(&corrupt_file),
+                *flipped_name,
+                "{context}: Corrupt names another file ({reason})"
+            );
+            assert!(
+                offset <= at as u64,
+                "{context}: Corrupt names offset {offset}, after the damage ({reason})"
+            );
+            return Detection::CorruptOnOpen;
+        }
+        Err(other) => panic!("{context}: open failed with something other than Corrupt: {other}"),
+    };
+
+    let truncated = store.stats().recovery.truncated_bytes;
+    let report = store
+        .verify()
+        .unwrap_or_else(|e| panic!("{context}: verify failed: {e}"));
+    let mut hash_mismatch = false;
+    let mut missing = Vec::new();
+    for (batch_index, batch) in pristine.batches.iter().enumerate() {
+        let ids: Vec<&str> = batch.iter().map(|item| item.id.as_str()).collect();
+        let resolutions = store
+            .resolve(&ids)
+            .unwrap_or_else(|e| panic!("{context}: resolve failed: {e}"));
+        for (item, resolution) in batch.iter().zip(resolutions) {
+            match resolution {
+                Resolution::Found(found) => {
+                    assert_eq!(found, stored(item), "{context}: {} came back different", item.id);
+                }
+                Resolution::HashMismatch { id } => {
+                    assert_eq!(id, item.id, "{context}: HashMismatch for another id");
+                    hash_mismatch = true;
+                }
+                Resolution::NotFound { .. } => missing.push((batch_index, item.id.clone())),
+                other => panic!("{context}: {} resolves to {other:?}", item.id),
+            }
+        }
+    }
+    match store.get(&ContextQuery::new()) {
+        Ok(items) => {
+            for found in items {
+                let written = pristine
+                    .batches
+                    .iter()
+                    .flatten()
+                    .find(|item| item.id == found.id)
+                    .unwrap_or_else(|| panic!("{context}: get returned an id never written: {:?}", found.id));
+                assert_eq!(found, stored(written), "{context}: get returned {} different", found.id);
+            }
+        }
+        Err(Error::Corrupt { .. }) => {}
+        Err(other) => panic!("{context}: get failed with something other than Corrupt: {other}"),
+    }
+
+    if truncated > 0 {
+        assert!(
+            in_last_frame,
+            "{context}: recovery truncated {truncated} bytes as a torn tail, but the flip is not in the last frame \
+             of the newest segment: acknowledged data was dropped"
+        );
+        assert_eq!(
+            truncated,
+            pristine.last_frame.len() as u64,
+            "{context}: truncated another length than the last frame"
+        );
+        let last_batch = pristine.batches.len() - 1;
+        let expected_missing: Vec<(usize, String)> = pristine.batches[last_batch]
+            .iter()
+            .map(|item| (last_batch, item.id.clone()))
+            .collect();
+        assert_eq!(
+            missing, expected_missing,
+            "{context}: the truncated batch is not exactly the last one"
+        );
+        assert!(
+            report.is_ok(),
+            "{context}: verify after truncation: {:?}",
+            report.problems
+        );
+        return Detection::TruncatedAsTornTail;
+    }
+    assert!(
+        missing.is_empty(),
+        "{context}: items silently missing without any truncation: {missing:?}"
+    );
+    if !report.is_ok() {
+        return Detection::ReportedByVerify;
+    }
+    if hash_mismatch {
+        return Detection::HashMismatchOnResolve;
+    }
+    Detection::Undetected
+}
+
+/// Two batches of two ~1 KB items fill the first 4 KiB segment past its size, so the second starts
+/// segment 2; the third batch (small, so that its frame is the short torn-tail region) follows it there.
+fn flip_test_batches() -> Vec<Vec<ContextItem>> {
+    vec![
+        vec![item("f1-a", 900), item("f1-b", 900)],
+        vec![item("f2-a", 900), item("f2-b", 900)],
+        vec![item("f3-a", 10), item("f3-b", 12)],
+    ]
+}
+
+#[test]
+fn every_single_bit_flip_is_detected() {
+    let started = Instant::now();
+    let batches = flip_test_batches();
+    let dir = tempfile::tempdir().expect("temp dir");
+    write_batches(dir.path(), &batches);
+    let files: Vec<(String, Vec<u8>)> = segment_files(dir.path())
+        .iter()
+        .map(|path| (file_name(path), std::fs::read(path).expect("reading a segment")))
+        .collect();
+    let layout: Vec<usize> = files.iter().map(|(_, bytes)| frames(bytes).len()).collect();
+    assert_eq!(
+        layout,
+        [1, 2],
+        "expected segment 1 with batch 1 and segment 2 with batches 2 and 3"
+    );
+    let last_frame = frames(&files[1].1).pop().expect("a last frame");
+    let total_bytes: usize = files.iter().map(|(_, bytes)| bytes.len()).sum();
+    assert!(
+        total_bytes < 6000,
+        "the store is {total_bytes} bytes, too large for the exhaustive loop"
+    );
+    let pristine = Pristine {
+        files,
+        batches,
+        last_frame,
+    };
+
+    let flips: Vec<(usize, usize, u8)> = pristine
+        .files
+        .iter()
+        .enumerate()
+        .flat_map(|(file, (_, bytes))| (0..bytes.len()).flat_map(move |at| (0..8u8).map(move |bit| (file, at, bit))))
+        .collect();
+    let workers = std::thread::available_parallelism().map_or(2, |n| n.get()).clamp(2, 4);
+    let (counts, undetected) = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..workers)
+            .map(|worker| {
+                let pristine = &pristine;
+                let flips = &flips;
+                scope.spawn(move || {
+                    let dir = tempfile::tempdir().expect("temp dir");
+                    write_pristine(dir.path(), pristine);
+                    let mut counts = BTreeMap::new();
+                    let mut undetected = Vec::new();
+                    for &(file, at, bit) in flips.iter().skip(worker).step_by(workers) {
+                        let flip = format!("bit {bit} of byte {at} of {}", pristine.files[file].0);
+                        // A panic (in ctxlog or in a check above) is reported with the flip that caused it.
+                        let detection = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            classify_flip(dir.path(), pristine, file, at, bit)
+                        }))
+                        .unwrap_or_else(|_| panic!("{flip}: panicked (message above)"));
+                        *counts.entry(detection).or_insert(0u64) += 1;
+                        if detection == Detection::Undetected {
+                            undetected.push(flip);
+                        }
+                    }
+                    (counts, undetected)
+                })
+            })
+            .collect();
+        let mut total = BTreeMap::new();
+        let mut undetected = Vec::new();
+        for handle in handles {
+            let (counts, missed) = handle.join().expect("a flip worker panicked");
+            for (detection, count) in counts {
+                *total.entry(detection).or_insert(0) += count;
+            }
+            undetected.extend(missed);
+        }
+        (total, undetected)
+    });
+
+    println!(
+        "bit flips: {} flips over {total_bytes} bytes in {:.1?}: {counts:?}",
+        flips.len(),
+        started.elapsed()
+    );
+    assert!(
+        undetected.is_empty(),
+        "{} flips went unnoticed (the store opened, verify() is ok and every item resolved as written), e.g. {:?}",
+        undetected.len(),
+        &undetected[..undetected.len().min(10)]
+    );
+    assert_eq!(
+        counts.get(&Detection::TruncatedAsTornTail).copied().unwrap_or(0),
+        pristine.last_frame.len() as u64 * 8,
+        "exactly the flips inside the last frame of the newest segment are torn tails"
+    );
+}
+
+#[test]
+fn damage_inside_a_sealed_segment_is_corrupt() {
+    let batches = spanning_batches("s", 8);
+    let pristine = tempfile::tempdir().expect("temp dir");
+    write_batches(pristine.path(), &batches);
+    let segments = segment_files(pristine.path());
+    assert!(
+        segments.len() >= 2,
+        "the store should span several segments, has {segments:?}"
+    );
+    let sealed = &segments[0];
+    let sealed_bytes = std::fs::read(sealed).expect("reading segment 1");
+    let sealed_frames = frames(&sealed_bytes);
+    assert!(sealed_frames.len() >= 2, "segment 1 should hold several frames");
+
+    // A frame in the middle of the segment, and its last one (which in a sealed segment is no torn tail).
+    for (what, frame) in [
+        ("its first frame", sealed_frames[0].clone()),
+        ("its last frame", sealed_frames[sealed_frames.len() - 1].clone()),
+    ] {
+        for at in [
+            frame.start + (frame.end - frame.start) / 2,
+            frame.end - 1,
+            frame.start + 1,
+        ] {
+            let context = format!("segment 1, {what}, byte {at}");
+            let dir = tempfile::tempdir().expect("temp dir");
+            copy_store(pristine.path(), dir.path());
+            let damaged_path = dir.path().join(file_name(sealed));
+            let mut damaged = sealed_bytes.clone();
+            damaged[at] ^= 0x5A;
+            std::fs::write(&damaged_path, &damaged).expect("writing the damage");
+
+            for attempt in ["first open", "second open"] {
+                match open_store(dir.path()) {
+                    Err(Error::Corrupt { file, offset, reason }) => {
+                        assert_eq!(
+                            file_name(&file),
+                            file_name(sealed),
+                            "{context}, {attempt}: Corrupt names another file"
+                        );
+                        assert!(
+                            (frame.start as u64..=at as u64).contains(&offset),
+                            "{context}, {attempt}: offset {offset} is not within the damaged frame before the \
+                             damage ({frame:?}): {reason}"
+                        );
+                    }
+                    Err(other) => panic!("{context}, {attempt}: expected Corrupt, got {other}"),
+                    Ok(store) => panic!(
+                        "{context}, {attempt}: opened a store with a damaged sealed segment (truncated {} bytes)",
+                        store.stats().recovery.truncated_bytes
+                    ),
+                }
+                assert_eq!(
+                    std::fs::read(&damaged_path).expect("reading back"),
+                    damaged,
+                    "{context}, {attempt}: a refused open changed the damaged segment"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_missing_segment_is_corrupt() {
+    let batches = spanning_batches("m", 10);
+    let written: Vec<ContextItem> = batches.iter().flatten().cloned().collect();
+    let pristine = tempfile::tempdir().expect("temp dir");
+    write_batches(pristine.path(), &batches);
+    let segments = segment_files(pristine.path());
+    assert!(
+        segments.len() >= 3,
+        "the store should span three segments, has {segments:?}"
+    );
+
+    for (what, missing) in [("a middle segment", 1usize), ("the first segment", 0)] {
+        let dir = tempfile::tempdir().expect("temp dir");
+        copy_store(pristine.path(), dir.path());
+        let missing_name = file_name(&segments[missing]);
+        std::fs::remove_file(dir.path().join(&missing_name)).expect("removing a segment");
+        let before: Vec<(PathBuf, Vec<u8>)> = segment_files(dir.path())
+            .into_iter()
+            .map(|path| {
+                let bytes = std::fs::read(&path).expect("reading");
+                (path, bytes)
+            })
+            .collect();
+
+        match open_store(dir.path()) {
+            Err(Error::Corrupt { file, reason, .. }) => {
+                let named = file_name(&file);
+                let neighbours: Vec<String> = segments[missing.saturating_sub(1)..=missing + 1]
+                    .iter()
+                    .map(|p| file_name(p))
+                    .collect();
+                assert!(
+                    neighbours.contains(&named),
+                    "{what}: Corrupt names {named}, not the gap at {missing_name}: {reason}"
+                );
+            }
+            Err(other) => panic!("{what}: expected Corrupt, got {other}"),
+            Ok(store) => panic!(
+                "{what}: the store opened without {missing_name} ({} items)",
+                store.stats().items
+            ),
+        }
+        let after: Vec<(PathBuf, Vec<u8>)> = segment_files(dir.path())
+            .into_iter()
+            .map(|path| {
+                let bytes = std::fs::read(&path).expect("reading");
+                (path, bytes)
+            })
+            .collect();
+        assert!(before == after, "{what}: a refused open changed the segment files");
+
+        // Nothing was lost by refusing: with the segment back, everything is there.
+        std::fs::copy(&segments[missing], dir.path().join(&missing_name)).expect("restoring the segment");
+        let store = open_store(dir.path()).unwrap_or_else(|e| panic!("{what}: open after restoring failed: {e}"));
+        assert_holds_exactly(&store, &written, &format!("{what} restored"));
+    }
+}
+
+#[test]
+fn a_newest_segment_torn_while_created_is_removed() {
+    let batches = spanning_batches("t", 8);
+    let written: Vec<ContextItem> = batches.iter().flatten().cloned().collect();
+    let pristine = tempfile::tempdir().expect("temp dir");
+    write_batches(pristine.path(), &batches);
+    let segments = segment_files(pristine.path());
+    assert!(
+        segments.len() >= 2,
+        "the store should span several segments, has {segments:?}"
+    );
+    let newest = segments.len() as u32;
+    let torn_number = newest + 1;
+    let seq = {
+        let store = open_store(pristine.path()).expect("open");
+        store.stats().seq
+    };
+
+    // The header segment `torn_number` would get, as docs/FORMAT.md lays it out.
+    let mut header = Vec::with_capacity(SEGMENT_HEADER_BYTES);
+    header.extend_from_slice(b"CTXLOGSG");
+    header.extend_from_slice(&1u32.to_le_bytes());
+    header.extend_from_slice(&torn_number.to_le_bytes());
+    header.extend_from_slice(&(seq + 1).to_le_bytes());
+    header.extend_from_slice(&0u32.to_le_bytes());
+    let crc = crc32fast::hash(&header);
+    header.extend_from_slice(&crc.to_le_bytes());
+    assert_eq!(header.len(), SEGMENT_HEADER_BYTES);
+
+    for len in [0usize, 1, 8, 20, 31] {
+        let context = format!("a {len}-byte header");
+        let dir = tempfile::tempdir().expect("temp dir");
+        copy_store(pristine.path(), dir.path());
+        let torn = dir.path().join(format!("{torn_number:08}.seg"));
+        std::fs::write(&torn, &header[..len]).expect("writing the torn segment");
+
+        let store = open_store(dir.path()).unwrap_or_else(|e| panic!("{context}: open failed: {e}"));
+        let stats = store.stats();
+        assert!(
+            stats.recovery.removed_torn_segment,
+            "{context}: removed_torn_segment is false"
+        );
+        assert_eq!(stats.recovery.truncated_bytes, 0, "{context}: truncated bytes");
+        assert_eq!(stats.seq, seq, "{context}: seq");
+        assert_holds_exactly(&store, &written, &context);
+
+        let more = vec![item("after-torn-1", 40), item("after-torn-2", 3000)];
+        store
+            .add(more.clone())
+            .unwrap_or_else(|e| panic!("{context}: add failed: {e}"));
+        let mut all = written.clone();
+        all.extend(more);
+        assert_holds_exactly(&store, &all, &format!("{context}, after a new add"));
+        drop(store);
+
+        let recreated = std::fs::read(&torn).unwrap_or_else(|e| panic!("{context}: segment {torn_number}: {e}"));
+        assert!(
+            recreated.len() > SEGMENT_HEADER_BYTES && recreated[..SEGMENT_HEADER_BYTES] == header[..],
+            "{context}: segment {torn_number} was not created again with its whole header"
+        );
+        let store = open_store(dir.path()).unwrap_or_else(|e| panic!("{context}: reopen failed: {e}"));
+        let recovery = store.stats().recovery;
+        assert!(
+            !recovery.removed_torn_segment,
+            "{context}: the reopen removed a segment again"
+        );
+        assert_eq!(recovery.truncated_bytes, 0, "{context}: the reopen truncated");
+        assert_holds_exactly(&store, &all, &format!("{context}, reopened"));
+    }
+}
+
+/// The byte ranges of the records of a frame, with the id of each put.
+fn records(bytes: &[u8], frame: &Range<usize>) -> Vec<(Range<usize>, String)> {
+    let le_u32 = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes")) as usize;
+    let count = le_u32(frame.start + FRAME_HEADER_BYTES);
+    let mut at = frame.start + FRAME_HEADER_BYTES + 4;
+    let mut out = Vec::new();
+    for _ in 0..count {
+        let body = at + 9;
+        let end = body + le_u32(at + 1);
+        // A put body: flags, scope, timestamp, ttl, confidence, hash (58 bytes), then the id.
+        let id_len = bytes[body + 58] as usize;
+        let id = String::from_utf8(bytes[body + 59..body + 59 + id_len].to_vec()).expect("UTF-8 id");
+        out.push((at..end, id));
+        at = end;
+    }
+    assert_eq!(at, frame.end, "the records do not fill their frame");
+    out
+}
+
+fn write_byte(path: &Path, at: usize, byte: u8) {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .and_then(|f| std::os::unix::fs::FileExt::write_all_at(&f, &[byte], at as u64))
+        .expect("writing a byte in place");
+}
+
+#[test]
+fn bit_rot_under_an_open_store_is_reported_never_returned() {
+    let started = Instant::now();
+    let batches = flip_test_batches();
+    let written: Vec<ContextItem> = batches.iter().flatten().cloned().collect();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = open_store(dir.path()).expect("open");
+    for batch in &batches {
+        store.add(batch.clone()).expect("add");
+    }
+    let files: Vec<(PathBuf, Vec<u8>)> = segment_files(dir.path())
+        .into_iter()
+        .map(|path| {
+            let bytes = std::fs::read(&path).expect("reading a segment");
+            (path, bytes)
+        })
+        .collect();
+    assert_eq!(files.len(), 2, "expected a sealed (mapped) segment and an active one");
+
+    let (mut in_records, mut outside_records) = (0u64, 0u64);
+    for (path, bytes) in &files {
+        let name = file_name(path);
+        let record_ranges: Vec<(Range<usize>, String)> =
+            frames(bytes).iter().flat_map(|frame| records(bytes, frame)).collect();
+        for (at, bit) in (0..bytes.len()).flat_map(|at| (0..8).map(move |bit| (at, bit))) {
+            let context = format!("bit {bit} of byte {at} of {name}, flipped under an open store");
+            write_byte(path, at, bytes[at] ^ (1 << bit));
+
+            let report = store
+                .verify()
+                .unwrap_or_else(|e| panic!("{context}: verify failed: {e}"));
+            assert!(
+                report
+                    .problems
+                    .iter()
+                    .any(|p| file_name(&p.file) == name && p.offset <= at as u64),
+                "{context}: verify does not report it: {:?}",
+                report.problems
+            );
+
+            let affected = record_ranges
+                .iter()
+                .find(|(range, _)| range.contains(&at))
+                .map(|(_, id)| id.clone());
+            let ids: Vec<&str> = written.iter().map(|item| item.id.as_str()).collect();
+            let resolutions = store
+                .resolve(&ids)
+                .unwrap_or_else(|e| panic!("{context}: resolve failed: {e}"));
+            for (item, resolution) in written.iter().zip(resolutions) {
+                match resolution {
+                    Resolution::HashMismatch { id } if Some(&item.id) == affected.as_ref() => {
+                        assert_eq!(id, item.id, "{context}: HashMismatch names another id");
+                    }
+                    Resolution::Found(found) if Some(&item.id) != affected.as_ref() => {
+                        assert_eq!(found, stored(item), "{context}: {} came back different", item.id);
+                    }
+                    other => panic!(
+                        "{context}: {} resolves to {other:?} (the damaged record is {affected:?})",
+                        item.id
+                    ),
+                }
+            }
+            match (store.get(&ContextQuery::new()), &affected) {
+                (Ok(mut items), None) => {
+                    items.sort_by(|a, b| a.id.cmp(&b.id));
+                    let mut expected: Vec<ContextItem> = written.iter().map(stored).collect();
+                    expected.sort_by(|a, b| a.id.cmp(&b.id));
+                    assert_eq!(items, expected, "{context}: get returned other data");
+                    outside_records += 1;
+                }
+                (Err(Error::Corrupt { file, .. }), Some(_)) => {
+                    assert_eq!(file_name(&file), name, "{context}: get's Corrupt names another file");
+                    in_records += 1;
+                }
+                (Ok(items), Some(id)) => panic!(
+                    "{context}: get returned {} items although the record of {id} is damaged",
+                    items.len()
+                ),
+                (Err(e), _) => panic!("{context}: get failed with {e} (damaged record: {affected:?})"),
+            }
+
+            write_byte(path, at, bytes[at]);
+        }
+    }
+    assert_holds_exactly(&store, &written, "after undoing every flip");
+    println!(
+        "bit rot under an open store: {in_records} flips inside records (HashMismatch, get Corrupt, verify), \
+         {outside_records} outside (verify only) in {:.1?}",
+        started.elapsed()
+    );
+    assert!(
+        in_records > 0 && outside_records > 0,
+        "both kinds of flip must have been tried"
+    );
+}

@@ -1,0 +1,644 @@
+//! Model-based property test: random sequences of operations run against a real [`Store`] (in a
+//! temp dir, `ManualClock`, 4 KiB segments so the log rotates, `Durability::Never`, no
+//! auto-compaction) and against a plain in-memory model written from API.md, and every answer
+//! must agree.
+//!
+//! Operations: `add` batches (through the store or a session view, with known and new
+//! (id, version) pairs, same or other content, TTLs, confidences, every scope), `delete`, `get`
+//! with random filters (types, time range, scopes, min_confidence, sources, content_eq,
+//! newest_first, limit), `resolve` of `id` / `id@version` refs, snapshots (store or session
+//! views) read later with `get` and `resolve`, clock advances, and close-and-reopen.
+//!
+//! What it proves, for every generated sequence: add outcomes (Added / Unchanged, one seq per
+//! batch, seqs increasing) and errors (VersionConflict / PermissionDenied with the item's index)
+//! match the model; a refused batch changes nothing; a delete answers whether the id had a history
+//! and starts a fresh one; `get` returns exactly the latest version of each live, unexpired,
+//! visible id that passes the filters, in `(timestamp, id)` order or its exact reverse, truncated to
+//! the limit, with the full item (hash included) equal to what was added; `resolve` answers Found /
+//! NotFound / Expired / Superseded as API.md says, with another session's ids NotFound; snapshots
+//! keep answering as of their sequence number and `taken_at`; reopening loses nothing; and
+//! `stats().items` and `verify()` agree with the model at the end.
+//!
+//! Runs 256 cases by default; set `PROPTEST_CASES` for more.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use ctxlog::{
+    canonical_json, AddOutcome, Clock, ContextItem, ContextQuery, Durability, Error, ManualClock, Options, Resolution,
+    Scope, Snapshot, Store, TimeRange,
+};
+use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+const START: i64 = 1_000;
+const IDS: [&str; 6] = ["a", "b", "c", "d", "e", "f"];
+const VERSIONS: [&str; 3] = ["1", "2", "3"];
+const KINDS: [&str; 3] = ["message", "tool_result", "document_chunk"];
+/// Query types: the kinds used plus a registered type nothing is stored under.
+const QUERY_KINDS: [&str; 4] = ["message", "tool_result", "document_chunk", "user_profile"];
+const SOURCES: [&str; 2] = ["src1", "src2"];
+/// Sessions readers may take; "s3" owns nothing.
+const VIEWS: [&str; 3] = ["s1", "s2", "s3"];
+const CONFIDENCES: [f64; 4] = [0.1, 0.5, 0.9, 1.0];
+const MIN_CONFIDENCES: [f64; 3] = [0.0, 0.5, 0.9];
+const PATHS: [&str; 2] = ["k", "n.x"];
+
+fn scope_of(i: usize) -> Scope {
+    match i {
+        0 => Scope::Session("s1".into()),
+        1 => Scope::Session("s2".into()),
+        2 => Scope::GlobalReadonly,
+        _ => Scope::GlobalWritable,
+    }
+}
+
+/// The content of an item: `None` is the usual content of its (id, version), so that most re-adds
+/// are `Unchanged`; `Some(i)` picks from a small pool, so that conflicts happen too.
+fn content_of(id: &str, version: &str, pick: Option<usize>) -> Value {
+    match pick {
+        None => {
+            let k = if version == "2" { 2 } else { 1 };
+            let x = if id < "d" { "y" } else { "z" };
+            // About 200 bytes: a few dozen records fill a 4 KiB segment.
+            json!({"id": id, "v": version, "k": k, "n": {"x": x}, "pad": "p".repeat(150)})
+        }
+        Some(0) => json!({"k": 1}),
+        Some(1) => json!({"k": 2, "n": {"x": "y"}}),
+        Some(2) => json!({"t": "é", "n": {"x": "z"}, "k": 1}),
+        Some(3) => json!("plain"),
+        Some(4) => json!([1, 2, 3]),
+        // A segment of its own, nearly.
+        Some(_) => json!({"big": "x".repeat(3000), "k": 2}),
+    }
+}
+
+fn eq_value_of(i: usize) -> Value {
+    [json!(1), json!(2), json!("y"), json!("z")][i % 4].clone()
+}
+
+fn hash_of(content: &Value) -> String {
+    let digest = Sha256::digest(canonical_json(content));
+    let mut text = String::from("sha256:");
+    for byte in digest {
+        text.push_str(&format!("{byte:02x}"));
+    }
+    text
+}
+
+#[derive(Clone, Debug)]
+struct ItemSpec {
+    id: &'static str,
+    version: &'static str,
+    content: Option<usize>,
+    kind: &'static str,
+    source: &'static str,
+    timestamp: i64,
+    scope: usize,
+    ttl: Option<u64>,
+    confidence: Option<f64>,
+}
+
+impl ItemSpec {
+    fn item(&self) -> ContextItem {
+        let mut item = ContextItem::new(
+            self.id,
+            self.kind,
+            content_of(self.id, self.version, self.content),
+            self.source,
+            self.timestamp,
+            self.version,
+            scope_of(self.scope),
+        );
+        if let Some(ttl) = self.ttl {
+            item = item.with_ttl(ttl);
+        }
+        if let Some(c) = self.confidence {
+            item = item.with_confidence(c);
+        }
+        item
+    }
+}
+
+#[derive(Clone, Debug)]
+struct QuerySpec {
+    types: Option<Vec<&'static str>>,
+    range: Option<(i64, i64)>,
+    scopes: Option<Vec<usize>>,
+    min_confidence: Option<f64>,
+    sources: Option<Vec<&'static str>>,
+    content_eq: Option<(&'static str, usize)>,
+    newest_first: bool,
+    limit: Option<usize>,
+}
+
+impl QuerySpec {
+    fn query(&self) -> ContextQuery {
+        let mut q = ContextQuery::new();
+        if let Some(types) = &self.types {
+            q = q.types(types.iter().copied());
+        }
+        if let Some((start, end)) = self.range {
+            q = q.time_range(TimeRange::new(start, end).expect("start <= end"));
+        }
+        if let Some(scopes) = &self.scopes {
+            q = q.scopes(scopes.iter().map(|s| scope_of(*s)));
+        }
+        if let Some(min) = self.min_confidence {
+            q = q.min_confidence(min);
+        }
+        if let Some(sources) = &self.sources {
+            q = q.sources(sources.iter().copied());
+        }
+        if let Some((path, value)) = self.content_eq {
+            q = q.content_eq(path, eq_value_of(value));
+        }
+        if self.newest_first {
+            q = q.newest_first();
+        }
+        if let Some(n) = self.limit {
+            q = q.limit(n);
+        }
+        q
+    }
+
+    fn matches(&self, item: &ContextItem) -> bool {
+        self.types.as_ref().is_none_or(|t| t.contains(&item.kind.as_str()))
+            && self
+                .range
+                .is_none_or(|(start, end)| start <= item.timestamp && item.timestamp <= end)
+            && self
+                .scopes
+                .as_ref()
+                .is_none_or(|s| s.iter().any(|s| scope_of(*s) == item.scope))
+            && self
+                .min_confidence
+                .is_none_or(|min| item.confidence.is_none_or(|c| c >= min))
+            && self.sources.as_ref().is_none_or(|s| s.contains(&item.source.as_str()))
+            && self
+                .content_eq
+                .is_none_or(|(path, value)| lookup(&item.content, path) == Some(&eq_value_of(value)))
+    }
+}
+
+/// Top-level key, else a dotted path through nested objects.
+fn lookup<'v>(content: &'v Value, path: &str) -> Option<&'v Value> {
+    content
+        .get(path)
+        .or_else(|| path.split('.').try_fold(content, |v, key| v.get(key)))
+}
+
+type Ref = (&'static str, Option<&'static str>);
+
+fn ref_text((id, version): &Ref) -> String {
+    match version {
+        Some(v) => format!("{id}@{v}"),
+        None => (*id).to_owned(),
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    /// `view`: `None` for the store, else a session view.
+    Add {
+        view: Option<&'static str>,
+        items: Vec<ItemSpec>,
+    },
+    Delete(&'static str),
+    Get {
+        view: Option<&'static str>,
+        query: QuerySpec,
+    },
+    Resolve {
+        view: Option<&'static str>,
+        refs: Vec<Ref>,
+    },
+    Snapshot {
+        view: Option<&'static str>,
+    },
+    /// Reads the snapshot `snap % count` (skipped when there is none).
+    GetSnap {
+        snap: usize,
+        query: QuerySpec,
+    },
+    ResolveSnap {
+        snap: usize,
+        refs: Vec<Ref>,
+    },
+    Advance(i64),
+    Reopen,
+}
+
+fn item_spec() -> impl Strategy<Value = ItemSpec> {
+    (
+        prop::sample::select(&IDS[..]),
+        prop::sample::select(&VERSIONS[..]),
+        prop::option::weighted(0.15, 0..6usize),
+        prop::sample::select(&KINDS[..]),
+        prop::sample::select(&SOURCES[..]),
+        START - 6..=START + 8,
+        0..4usize,
+        prop::option::weighted(0.35, 1..=12u64),
+        prop::option::of(prop::sample::select(&CONFIDENCES[..])),
+    )
+        .prop_map(
+            |(id, version, content, kind, source, timestamp, scope, ttl, confidence)| ItemSpec {
+                id,
+                version,
+                content,
+                kind,
+                source,
+                timestamp,
+                scope,
+                ttl,
+                confidence,
+            },
+        )
+}
+
+fn query_spec() -> impl Strategy<Value = QuerySpec> {
+    (
+        // At least one type: what `.types([])` means is not settled by API.md (the store reads it as
+        // "every type", while `.scopes([])` and `.sources([])` match nothing).
+        prop::option::weighted(0.3, prop::sample::subsequence(&QUERY_KINDS[..], 1..=3)),
+        prop::option::weighted(0.3, (START - 7..=START + 9, 0..8i64).prop_map(|(s, len)| (s, s + len))),
+        prop::option::weighted(0.3, prop::sample::subsequence(vec![0usize, 1, 2, 3], 0..=3)),
+        prop::option::weighted(0.3, prop::sample::select(&MIN_CONFIDENCES[..])),
+        prop::option::weighted(0.3, prop::sample::subsequence(&SOURCES[..], 0..=2)),
+        prop::option::weighted(0.3, (prop::sample::select(&PATHS[..]), 0..4usize)),
+        any::<bool>(),
+        prop::option::weighted(0.3, 0..5usize),
+    )
+        .prop_map(
+            |(types, range, scopes, min_confidence, sources, content_eq, newest_first, limit)| QuerySpec {
+                types,
+                range,
+                scopes,
+                min_confidence,
+                sources,
+                content_eq,
+                newest_first,
+                limit,
+            },
+        )
+}
+
+fn refs() -> impl Strategy<Value = Vec<Ref>> {
+    prop::collection::vec(
+        (
+            prop::sample::select(&IDS[..]),
+            prop::option::of(prop::sample::select(&VERSIONS[..])),
+        ),
+        1..5,
+    )
+}
+
+fn read_view() -> impl Strategy<Value = Option<&'static str>> {
+    prop_oneof![3 => Just(None), 2 => prop::sample::select(&VIEWS[..]).prop_map(Some)]
+}
+
+fn write_view() -> impl Strategy<Value = Option<&'static str>> {
+    prop_oneof![4 => Just(None), 1 => Just(Some("s1")), 1 => Just(Some("s2"))]
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (write_view(), prop::collection::vec(item_spec(), 1..=5))
+            .prop_map(|(view, items)| Op::Add { view, items }),
+        1 => prop::sample::select(&IDS[..]).prop_map(Op::Delete),
+        3 => (read_view(), query_spec()).prop_map(|(view, query)| Op::Get { view, query }),
+        3 => (read_view(), refs()).prop_map(|(view, refs)| Op::Resolve { view, refs }),
+        1 => read_view().prop_map(|view| Op::Snapshot { view }),
+        2 => (any::<usize>(), query_spec()).prop_map(|(snap, query)| Op::GetSnap { snap, query }),
+        2 => (any::<usize>(), refs()).prop_map(|(snap, refs)| Op::ResolveSnap { snap, refs }),
+        2 => (0..=6i64).prop_map(Op::Advance),
+        1 => Just(Op::Reopen),
+    ]
+}
+
+/// What the model says an add does.
+#[derive(Debug, PartialEq)]
+enum AddExpect {
+    Added(String, String),
+    Unchanged(String, String),
+}
+
+#[derive(Debug, PartialEq)]
+enum AddError {
+    PermissionDenied(usize),
+    VersionConflict(usize),
+}
+
+/// The model: per id, its current history (since its last delete), in the order added; the last
+/// entry is the latest version. Items carry their hash as the store fills it in.
+#[derive(Clone, Debug, Default)]
+struct Model {
+    ids: BTreeMap<String, Vec<ContextItem>>,
+}
+
+fn visible_to(scope: &Scope, session: Option<&str>) -> bool {
+    match (scope, session) {
+        (Scope::Session(owner), Some(reader)) => owner == reader,
+        _ => true,
+    }
+}
+
+fn expired(item: &ContextItem, now: i64) -> Option<i64> {
+    let at = item.timestamp + i64::try_from(item.ttl_seconds?).ok()?;
+    (at <= now).then_some(at)
+}
+
+impl Model {
+    fn add(&mut self, items: &[ContextItem], session: Option<&str>) -> Result<Vec<AddExpect>, AddError> {
+        if let Some(session) = session {
+            // Validation (permissions included) comes before any conflict check.
+            for (position, item) in items.iter().enumerate() {
+                let allowed = match &item.scope {
+                    Scope::Session(owner) => owner == session,
+                    Scope::GlobalWritable => true,
+                    Scope::GlobalReadonly => false,
+                };
+                if !allowed {
+                    return Err(AddError::PermissionDenied(position));
+                }
+            }
+        }
+        let mut ids = self.ids.clone();
+        let mut out = Vec::new();
+        for (position, item) in items.iter().enumerate() {
+            let mut item = item.clone();
+            item.hash = Some(hash_of(&item.content));
+            let history = ids.entry(item.id.clone()).or_default();
+            match history.iter().find(|known| known.version == item.version) {
+                Some(known) if known.hash == item.hash => {
+                    out.push(AddExpect::Unchanged(item.id.clone(), item.version.clone()));
+                }
+                Some(_) => return Err(AddError::VersionConflict(position)),
+                None => {
+                    out.push(AddExpect::Added(item.id.clone(), item.version.clone()));
+                    history.push(item);
+                }
+            }
+        }
+        self.ids = ids;
+        Ok(out)
+    }
+
+    fn delete(&mut self, id: &str) -> bool {
+        self.ids.remove(id).is_some_and(|history| !history.is_empty())
+    }
+
+    fn get(&self, query: &QuerySpec, session: Option<&str>, now: i64) -> Vec<ContextItem> {
+        let mut out: Vec<ContextItem> = self
+            .ids
+            .values()
+            .filter_map(|history| history.last())
+            .filter(|item| expired(item, now).is_none())
+            .filter(|item| visible_to(&item.scope, session))
+            .filter(|item| query.matches(item))
+            .cloned()
+            .collect();
+        out.sort_by(|a, b| (a.timestamp, &a.id).cmp(&(b.timestamp, &b.id)));
+        if query.newest_first {
+            out.reverse();
+        }
+        if let Some(n) = query.limit {
+            out.truncate(n);
+        }
+        out
+    }
+
+    fn resolve(&self, refs: &[Ref], session: Option<&str>, now: i64) -> Vec<Resolution> {
+        refs.iter()
+            .map(|r| {
+                let (id, version) = *r;
+                let not_found = Resolution::NotFound { reference: ref_text(r) };
+                let Some(history) = self.ids.get(id) else {
+                    return not_found;
+                };
+                let Some(latest) = history.last() else {
+                    return not_found;
+                };
+                if !visible_to(&latest.scope, session) {
+                    return not_found;
+                }
+                if let Some(at) = expired(latest, now) {
+                    return Resolution::Expired {
+                        id: id.to_owned(),
+                        expired_at: at,
+                    };
+                }
+                match version {
+                    None => Resolution::Found(latest.clone()),
+                    Some(v) if v == latest.version => Resolution::Found(latest.clone()),
+                    Some(v) if history.iter().any(|item| item.version == v) => Resolution::Superseded {
+                        id: id.to_owned(),
+                        requested_version: v.to_owned(),
+                        latest: latest.clone(),
+                    },
+                    Some(_) => not_found,
+                }
+            })
+            .collect()
+    }
+
+    fn live_ids(&self) -> u64 {
+        self.ids.values().filter(|h| !h.is_empty()).count() as u64
+    }
+}
+
+struct SnapModel {
+    snapshot: Snapshot,
+    model: Model,
+    taken_at: i64,
+    session: Option<&'static str>,
+}
+
+fn fail(what: &str, e: Error) -> TestCaseError {
+    TestCaseError::fail(format!("{what} failed: {e}"))
+}
+
+fn open(dir: &std::path::Path, clock: &Arc<ManualClock>) -> Result<Store, TestCaseError> {
+    Options::new()
+        .durability(Durability::Never)
+        .clock(Arc::clone(clock) as Arc<dyn Clock>)
+        .segment_size(4096)
+        .auto_compact(false)
+        .open(dir)
+        .map_err(|e| fail("open", e))
+}
+
+fn run(ops: &[Op]) -> Result<(), TestCaseError> {
+    let dir = tempfile::tempdir().map_err(|e| TestCaseError::fail(format!("tempdir: {e}")))?;
+    let clock = Arc::new(ManualClock::new(START));
+    let mut store = Some(open(dir.path(), &clock)?);
+    let mut model = Model::default();
+    let mut snaps: Vec<SnapModel> = Vec::new();
+    let mut last_seq = 0u64;
+
+    for (step, op) in ops.iter().enumerate() {
+        let s = store.as_ref().expect("store is open between steps");
+        let now = clock.now();
+        match op {
+            Op::Add { view, items } => {
+                let items: Vec<ContextItem> = items.iter().map(ItemSpec::item).collect();
+                let expected = model.add(&items, *view);
+                let actual = match view {
+                    None => s.add(items),
+                    Some(session) => s.session(session).map_err(|e| fail("session", e))?.add(items),
+                };
+                match (expected, actual) {
+                    (Ok(expected), Ok(actual)) => {
+                        let mut batch_seq = None;
+                        let got: Vec<AddExpect> = actual
+                            .into_iter()
+                            .map(|outcome| match outcome {
+                                AddOutcome::Added { id, version, seq } => {
+                                    prop_assert!(
+                                        batch_seq.is_none_or(|b| b == seq),
+                                        "step {step}: one batch, several seqs"
+                                    );
+                                    batch_seq = Some(seq);
+                                    Ok(AddExpect::Added(id, version))
+                                }
+                                AddOutcome::Unchanged { id, version } => Ok(AddExpect::Unchanged(id, version)),
+                                other => Err(TestCaseError::fail(format!("unknown outcome {other:?}"))),
+                            })
+                            .collect::<Result<_, _>>()?;
+                        prop_assert_eq!(got, expected, "step {}: add outcomes", step);
+                        if let Some(seq) = batch_seq {
+                            prop_assert!(seq > last_seq, "step {step}: seq {seq} not after {last_seq}");
+                            last_seq = seq;
+                        }
+                    }
+                    (Err(expected), Err(actual)) => {
+                        let got = match &actual {
+                            Error::PermissionDenied { index: Some(i), .. } => AddError::PermissionDenied(*i),
+                            Error::VersionConflict { index: Some(i), .. } => AddError::VersionConflict(*i),
+                            other => return Err(TestCaseError::fail(format!("step {step}: add error {other:?}"))),
+                        };
+                        prop_assert_eq!(got, expected, "step {}: add error ({})", step, actual);
+                    }
+                    (expected, actual) => {
+                        return Err(TestCaseError::fail(format!(
+                            "step {step}: add: expected {expected:?}, store answered {actual:?}"
+                        )))
+                    }
+                }
+            }
+            Op::Delete(id) => {
+                let expected = model.delete(id);
+                let actual = s.delete(id).map_err(|e| fail("delete", e))?;
+                prop_assert_eq!(actual, expected, "step {}: delete({})", step, id);
+            }
+            Op::Get { view, query } => {
+                let expected = model.get(query, *view, now);
+                let actual = match view {
+                    None => s.get(&query.query()),
+                    Some(session) => s.session(session).map_err(|e| fail("session", e))?.get(&query.query()),
+                }
+                .map_err(|e| fail("get", e))?;
+                prop_assert_eq!(actual, expected, "step {}: get", step);
+            }
+            Op::Resolve { view, refs } => {
+                let expected = model.resolve(refs, *view, now);
+                let texts: Vec<String> = refs.iter().map(ref_text).collect();
+                let actual = match view {
+                    None => s.resolve(&texts),
+                    Some(session) => s.session(session).map_err(|e| fail("session", e))?.resolve(&texts),
+                }
+                .map_err(|e| fail("resolve", e))?;
+                prop_assert_eq!(actual, expected, "step {}: resolve", step);
+            }
+            Op::Snapshot { view } => {
+                let snapshot = match view {
+                    None => s.snapshot(),
+                    Some(session) => s.session(session).map_err(|e| fail("session", e))?.snapshot(),
+                };
+                prop_assert_eq!(snapshot.taken_at(), now, "step {}: taken_at", step);
+                prop_assert_eq!(snapshot.session(), *view, "step {}: snapshot session", step);
+                snaps.push(SnapModel {
+                    snapshot,
+                    model: model.clone(),
+                    taken_at: now,
+                    session: *view,
+                });
+            }
+            Op::GetSnap { snap, query } => {
+                if snaps.is_empty() {
+                    continue;
+                }
+                let snap = &snaps[snap % snaps.len()];
+                let expected = snap.model.get(query, snap.session, snap.taken_at);
+                let actual = snap.snapshot.get(&query.query()).map_err(|e| fail("snapshot get", e))?;
+                prop_assert_eq!(actual, expected, "step {}: snapshot get", step);
+            }
+            Op::ResolveSnap { snap, refs } => {
+                if snaps.is_empty() {
+                    continue;
+                }
+                let snap = &snaps[snap % snaps.len()];
+                let expected = snap.model.resolve(refs, snap.session, snap.taken_at);
+                let texts: Vec<String> = refs.iter().map(ref_text).collect();
+                let actual = snap.snapshot.resolve(&texts).map_err(|e| fail("snapshot resolve", e))?;
+                prop_assert_eq!(actual, expected, "step {}: snapshot resolve", step);
+            }
+            Op::Advance(secs) => clock.advance(*secs),
+            Op::Reopen => {
+                // Snapshots of the closed handle are not carried over.
+                snaps.clear();
+                drop(store.take());
+                store = Some(open(dir.path(), &clock)?);
+            }
+        }
+    }
+
+    let s = store.as_ref().expect("store is open");
+    prop_assert_eq!(s.stats().items, model.live_ids(), "stats().items at the end");
+    let report = s.verify().map_err(|e| fail("verify", e))?;
+    prop_assert!(report.is_ok(), "verify found problems: {:?}", report.problems);
+    // Everything acknowledged survives one more reopen.
+    snaps.clear();
+    drop(store.take());
+    let s = open(dir.path(), &clock)?;
+    let everything = QuerySpec {
+        types: None,
+        range: None,
+        scopes: None,
+        min_confidence: None,
+        sources: None,
+        content_eq: None,
+        newest_first: false,
+        limit: None,
+    };
+    let now = clock.now();
+    let actual = s.get(&everything.query()).map_err(|e| fail("final get", e))?;
+    prop_assert_eq!(actual, model.get(&everything, None, now), "get after the final reopen");
+    let all_refs: Vec<Ref> = IDS
+        .iter()
+        .flat_map(|id| std::iter::once((*id, None)).chain(VERSIONS.iter().map(move |v| (*id, Some(*v)))))
+        .collect();
+    let texts: Vec<String> = all_refs.iter().map(ref_text).collect();
+    let actual = s.resolve(&texts).map_err(|e| fail("final resolve", e))?;
+    prop_assert_eq!(
+        actual,
+        model.resolve(&all_refs, None, now),
+        "resolve after the final reopen"
+    );
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        // No regression files: this test may only touch tests/model.rs.
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn store_matches_model(ops in prop::collection::vec(op(), 1..60)) {
+        run(&ops)?;
+    }
+}
