@@ -48,7 +48,7 @@ pub(crate) fn list(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
             found.push((seq, entry.path()));
         }
     }
-    found.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+    found.sort_unstable_by_key(|(seq, _)| std::cmp::Reverse(*seq));
     Ok(found)
 }
 
@@ -199,7 +199,9 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Loaded, String> {
     }
     let version = c.u32("version").map_err(e)?;
     if version != CHECKPOINT_VERSION {
-        return Err(format!("checkpoint format version {version} is not supported (this build reads {CHECKPOINT_VERSION})"));
+        return Err(format!(
+            "checkpoint format version {version} is not supported (this build reads {CHECKPOINT_VERSION})"
+        ));
     }
     let _reserved = c.u32("reserved").map_err(e)?;
     let seq = c.u64("seq").map_err(e)?;
@@ -227,7 +229,10 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Loaded, String> {
             let len = usize::from(c.u16("pattern length").map_err(e)?);
             spec = spec.id_pattern(get_str(&mut c, len, "pattern")?);
         }
-        index.registry.insert(spec).map_err(|e| format!("stored type is invalid: {e}"))?;
+        index
+            .registry
+            .insert(spec)
+            .map_err(|e| format!("stored type is invalid: {e}"))?;
     }
     let count = c.u32("pin count").map_err(e)?;
     for _ in 0..bounded(count, 18, &c, total, "pin")? {
@@ -238,7 +243,14 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Loaded, String> {
         let len = usize::from(c.u8("session length").map_err(e)?);
         let session = get_str(&mut c, len, "session")?;
         let session = (!session.is_empty()).then(|| Arc::from(session));
-        index.pins.insert(name, PinInfo { seq: pin_seq, taken_at, session });
+        index.pins.insert(
+            name,
+            PinInfo {
+                seq: pin_seq,
+                taken_at,
+                session,
+            },
+        );
     }
     let count = c.u32("type table count").map_err(e)?;
     let mut kinds = Interner::default();
@@ -351,7 +363,11 @@ pub(crate) fn write(shared: &Shared, sync_log: bool) -> Result<u64> {
         let marks: Vec<SegmentMark> = index
             .segments
             .iter()
-            .map(|(number, segment)| SegmentMark { number: *number, rewrites: segment.rewrites, len: segment.published_len() })
+            .map(|(number, segment)| SegmentMark {
+                number: *number,
+                rewrites: segment.rewrites,
+                len: segment.published_len(),
+            })
             .collect();
         (index.seq, encode(&index, &marks))
     };
@@ -373,8 +389,10 @@ pub(crate) fn install(dir: &Path, seq: u64, bytes: &[u8]) -> Result<()> {
         .write(true)
         .open(&tmp)
         .map_err(|e| Error::io(format!("creating {}", tmp.display()), e))?;
-    file.write_all(bytes).map_err(|e| Error::io(format!("writing {}", tmp.display()), e))?;
-    file.sync_all().map_err(|e| Error::io(format!("syncing {}", tmp.display()), e))?;
+    file.write_all(bytes)
+        .map_err(|e| Error::io(format!("writing {}", tmp.display()), e))?;
+    file.sync_all()
+        .map_err(|e| Error::io(format!("syncing {}", tmp.display()), e))?;
     drop(file);
     std::fs::rename(&tmp, &path).map_err(|e| Error::io(format!("renaming {}", tmp.display()), e))?;
     sync_dir(dir)?;
@@ -393,14 +411,24 @@ mod tests {
     #[test]
     fn names_sort_like_numbers() {
         assert_eq!(checkpoint_file_name(42), "checkpoint-00000000000000000042.idx");
-        assert_eq!(parse_checkpoint_file_name(&checkpoint_file_name(u64::MAX)), Some(u64::MAX));
+        assert_eq!(
+            parse_checkpoint_file_name(&checkpoint_file_name(u64::MAX)),
+            Some(u64::MAX)
+        );
         assert_eq!(parse_checkpoint_file_name("checkpoint-42.idx"), None);
     }
 
     #[test]
     fn damaged_checkpoints_are_refused() {
         let index = Index::default();
-        let bytes = encode(&index, &[SegmentMark { number: 1, rewrites: 0, len: 32 }]);
+        let bytes = encode(
+            &index,
+            &[SegmentMark {
+                number: 1,
+                rewrites: 0,
+                len: 32,
+            }],
+        );
         assert!(decode(&bytes).is_ok());
         for bit in 0..bytes.len() * 8 {
             let mut damaged = bytes.clone();

@@ -237,7 +237,10 @@ fn rewrite(shared: &Shared, number: u32, plan: &SegmentPlan, report: &mut Compac
     let mut out = new_header.encode().to_vec();
     let mut updates = Vec::new();
     let mut seq = header.base_seq;
-    let end = scan_frames(bytes, SEGMENT_HEADER_BYTES, &mut seq,
+    let end = scan_frames(
+        bytes,
+        SEGMENT_HEADER_BYTES,
+        &mut seq,
         false,
         header.rewrites > 0,
         &mut |frame_seq, frame_offset, payload| {

@@ -199,7 +199,12 @@ struct Start {
 
 impl Start {
     fn empty() -> Start {
-        Start { index: Index::default(), next_seq: 1, covered: BTreeMap::new(), resume: None }
+        Start {
+            index: Index::default(),
+            next_seq: 1,
+            covered: BTreeMap::new(),
+            resume: None,
+        }
     }
 }
 
@@ -236,17 +241,30 @@ pub(crate) fn recover(dir: &Path) -> Result<Recovered> {
                 stats = attempt_stats;
                 stats.checkpoint_seq = Some(seq);
                 stats.millis = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-                return Ok(Recovered { index, active, next_seq, stats });
+                return Ok(Recovered {
+                    index,
+                    active,
+                    next_seq,
+                    stats,
+                });
             }
             Err(reason) => {
-                tracing::warn!("checkpoint {} not used, replaying the whole log: {reason}", path.display());
+                tracing::warn!(
+                    "checkpoint {} not used, replaying the whole log: {reason}",
+                    path.display()
+                );
                 stats.checkpoint_rejected = Some(format!("{}: {reason}", path.display()));
             }
         }
     }
     let (index, active, next_seq) = replay(dir, &numbers, Start::empty(), &mut stats)?;
     stats.millis = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-    Ok(Recovered { index, active, next_seq, stats })
+    Ok(Recovered {
+        index,
+        active,
+        next_seq,
+        stats,
+    })
 }
 
 /// Loads a checkpoint and checks that the segment files are exactly those it was taken over.
@@ -265,7 +283,9 @@ fn checkpoint_start(dir: &Path, path: &Path, numbers: &[u32]) -> Result<Start, S
     }
     for mark in &loaded.segments {
         let file = dir.join(segment_file_name(mark.number));
-        let len = std::fs::metadata(&file).map_err(|e| format!("segment {}: {e}", mark.number))?.len();
+        let len = std::fs::metadata(&file)
+            .map_err(|e| format!("segment {}: {e}", mark.number))?
+            .len();
         let mut header = [0u8; SEGMENT_HEADER_BYTES];
         std::fs::File::open(&file)
             .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut header))
@@ -288,14 +308,23 @@ type Replayed = (Index, ActiveSegment, u64);
 
 /// Replays `numbers` (sorted segment numbers) into `start`'s index.
 fn replay(dir: &Path, numbers: &[u32], start: Start, stats: &mut RecoveryStats) -> Result<Replayed> {
-    let Start { mut index, mut next_seq, covered, resume } = start;
+    let Start {
+        mut index,
+        mut next_seq,
+        covered,
+        resume,
+    } = start;
     let mut previous_rewritten = false;
     let mut active = None;
     let count = numbers.len();
     for (position, number) in numbers.iter().copied().enumerate() {
         let newest = position + 1 == count;
         let path = dir.join(segment_file_name(number));
-        let corrupt = |offset: usize, reason: String| Error::Corrupt { file: path.clone(), offset: offset as u64, reason };
+        let corrupt = |offset: usize, reason: String| Error::Corrupt {
+            file: path.clone(),
+            offset: offset as u64,
+            reason,
+        };
         if position > 0 && numbers.get(position - 1).is_some_and(|previous| previous + 1 != number) {
             return Err(corrupt(0, format!("segment {} is missing before this one", number - 1)));
         }
@@ -303,7 +332,9 @@ fn replay(dir: &Path, numbers: &[u32], start: Start, stats: &mut RecoveryStats) 
         if let Some(mark) = covered.get(&number) {
             // Covered by the checkpoint, which checked its header and length: map it, read nothing.
             previous_rewritten = mark.rewrites > 0;
-            index.segments.insert(number, Arc::new(Segment::open(&path, true, mark.len)?));
+            index
+                .segments
+                .insert(number, Arc::new(Segment::open(&path, true, mark.len)?));
             continue;
         }
         let bytes = read_whole(&path)?;
@@ -320,7 +351,10 @@ fn replay(dir: &Path, numbers: &[u32], start: Start, stats: &mut RecoveryStats) 
             Err(reason) => return Err(corrupt(0, reason)),
         };
         if header.number != number {
-            return Err(corrupt(12, format!("header says segment {}, file name says {number}", header.number)));
+            return Err(corrupt(
+                12,
+                format!("header says segment {}, file name says {number}", header.number),
+            ));
         }
         let from = match resume {
             Some(mark) if mark.number == number => usize::try_from(mark.len).unwrap_or(usize::MAX),
@@ -344,14 +378,25 @@ fn replay(dir: &Path, numbers: &[u32], start: Start, stats: &mut RecoveryStats) 
         previous_rewritten = header.rewrites > 0;
         let mut frames = 0u64;
         let mut records = 0u64;
-        let scanned = scan_frames(&bytes, from, &mut next_seq, newest, header.rewrites > 0, &mut |seq, offset, payload| {
-            frames += 1;
-            records += replay_batch(&mut index, seq, number, offset, payload)?;
-            Ok(())
-        });
+        let scanned = scan_frames(
+            &bytes,
+            from,
+            &mut next_seq,
+            newest,
+            header.rewrites > 0,
+            &mut |seq, offset, payload| {
+                frames += 1;
+                records += replay_batch(&mut index, seq, number, offset, payload)?;
+                Ok(())
+            },
+        );
         let end = match scanned {
             ScanEnd::Clean { end } => end,
-            ScanEnd::Bad { offset, torn: true, reason } => {
+            ScanEnd::Bad {
+                offset,
+                torn: true,
+                reason,
+            } => {
                 tracing::warn!(
                     "truncating a torn tail of {} bytes at offset {offset} of {}: {reason}",
                     bytes.len() - offset,
@@ -360,7 +405,11 @@ fn replay(dir: &Path, numbers: &[u32], start: Start, stats: &mut RecoveryStats) 
                 stats.truncated_bytes += (bytes.len() - offset) as u64;
                 offset
             }
-            ScanEnd::Bad { offset, reason, torn: false } => return Err(corrupt(offset, reason)),
+            ScanEnd::Bad {
+                offset,
+                reason,
+                torn: false,
+            } => return Err(corrupt(offset, reason)),
         };
         stats.frames += frames;
         stats.records += records;
@@ -371,14 +420,23 @@ fn replay(dir: &Path, numbers: &[u32], start: Start, stats: &mut RecoveryStats) 
                 .open(&path)
                 .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
             if end < bytes.len() {
-                file.set_len(end as u64).map_err(|e| Error::io(format!("truncating {}", path.display()), e))?;
-                file.sync_all().map_err(|e| Error::io(format!("syncing {}", path.display()), e))?;
+                file.set_len(end as u64)
+                    .map_err(|e| Error::io(format!("truncating {}", path.display()), e))?;
+                file.sync_all()
+                    .map_err(|e| Error::io(format!("syncing {}", path.display()), e))?;
             }
             let segment = Arc::new(Segment::open(&path, false, end as u64)?);
             index.segments.insert(number, Arc::clone(&segment));
-            active = Some(ActiveSegment { file, number, len: end as u64, segment });
+            active = Some(ActiveSegment {
+                file,
+                number,
+                len: end as u64,
+                segment,
+            });
         } else {
-            index.segments.insert(number, Arc::new(Segment::open(&path, true, bytes.len() as u64)?));
+            index
+                .segments
+                .insert(number, Arc::new(Segment::open(&path, true, bytes.len() as u64)?));
         }
     }
     let active = match active {

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 
+use crate::checkpoint;
 use crate::clock::{Clock, SystemClock};
 use crate::compaction::{self, CompactionReport};
 use crate::error::{Error, Result};
@@ -112,8 +113,8 @@ impl Options {
         self
     }
 
-    /// Whether a background compactor reclaims space on its own. Default: true. (Compaction itself
-    /// comes with a later release; the setting is stored and honoured from then on.)
+    /// Whether a background compactor rewrites, on its own, sealed segments of which at least half
+    /// is reclaimable. Default: true.
     #[must_use]
     pub fn auto_compact(mut self, on: bool) -> Self {
         self.auto_compact = on;
@@ -224,8 +225,10 @@ pub(crate) struct Shared {
     commands: Mutex<Option<Sender<Command>>>,
     /// Sequence numbers of live snapshot handles, with how many handles hold each.
     live_snapshots: Mutex<BTreeMap<u64, usize>>,
-    /// Held while a compaction runs: one at a time.
+    /// Held while a compaction or a checkpoint runs: one at a time.
     pub(crate) compaction: Mutex<()>,
+    /// Log bytes when the last checkpoint was written.
+    checkpointed_log_bytes: AtomicU64,
 }
 
 impl Shared {
@@ -299,6 +302,23 @@ impl Shared {
             .collect()
     }
 
+    /// Bytes of log (every segment's published length).
+    pub(crate) fn log_bytes(&self) -> u64 {
+        self.read_index()
+            .segments
+            .values()
+            .map(|segment| segment.published_len())
+            .sum()
+    }
+
+    pub(crate) fn checkpointed_log_bytes(&self) -> u64 {
+        self.checkpointed_log_bytes.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn note_checkpoint(&self) {
+        self.checkpointed_log_bytes.store(self.log_bytes(), Ordering::Relaxed);
+    }
+
     pub(crate) fn count_query(&self, examined: u64) {
         self.queries.fetch_add(1, Ordering::Relaxed);
         self.examined.fetch_add(examined, Ordering::Relaxed);
@@ -307,9 +327,9 @@ impl Shared {
 
 struct StoreInner {
     shared: Arc<Shared>,
-    writer: Mutex<Option<JoinHandle<()>>>,
-    /// The background compactor: dropping the sender stops it.
-    compactor: Mutex<Option<(Sender<()>, JoinHandle<()>)>>,
+    writer: Mutex<Option<JoinHandle<bool>>>,
+    /// The maintenance thread (compaction, checkpoints): dropping the sender stops it.
+    maintenance: Mutex<Option<(Sender<()>, JoinHandle<()>)>>,
     options: Options,
     recovery: RecoveryStats,
     _lock: File,
@@ -319,14 +339,14 @@ impl Drop for StoreInner {
     fn drop(&mut self) {
         // Closing the channel lets the writer finish what is queued, sync and exit.
         if let Some((stop, handle)) = self
-            .compactor
+            .maintenance
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .take()
         {
             drop(stop);
             if handle.join().is_err() {
-                tracing::error!("the compactor thread panicked");
+                tracing::error!("the maintenance thread panicked");
             }
         }
         drop(
@@ -342,8 +362,15 @@ impl Drop for StoreInner {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .take()
         {
-            if handle.join().is_err() {
-                tracing::error!("the writer thread panicked");
+            match handle.join() {
+                // The log is whole and synced: a checkpoint spares the next open a full replay.
+                Ok(true) => {
+                    if let Err(e) = checkpoint::write(&self.shared, false) {
+                        tracing::warn!("writing the checkpoint at close failed: {e}");
+                    }
+                }
+                Ok(false) => {}
+                Err(_) => tracing::error!("the writer thread panicked"),
             }
         }
     }
@@ -424,7 +451,9 @@ impl Store {
             commands: Mutex::new(None),
             live_snapshots: Mutex::new(BTreeMap::new()),
             compaction: Mutex::new(()),
+            checkpointed_log_bytes: AtomicU64::new(0),
         });
+        shared.note_checkpoint();
         let (sender, receiver) = crossbeam_channel::unbounded();
         let writer = Writer {
             shared: Arc::clone(&shared),
@@ -446,16 +475,12 @@ impl Store {
             .commands
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(sender);
-        let compactor = if options.auto_compact {
-            Some(start_compactor(Arc::clone(&shared))?)
-        } else {
-            None
-        };
+        let maintenance = Some(start_maintenance(Arc::clone(&shared), options.auto_compact)?);
         Ok(Store {
             inner: Arc::new(StoreInner {
                 shared,
                 writer: Mutex::new(Some(handle)),
-                compactor: Mutex::new(compactor),
+                maintenance: Mutex::new(maintenance),
                 options,
                 recovery: recovered.stats,
                 _lock: lock,
@@ -590,7 +615,7 @@ impl Store {
             shared.send(Command::Rotate { reply })?;
             answer.recv().map_err(|_| Error::Closed)??;
         }
-        compaction::compact(shared, 0.0)
+        compact_and_checkpoint(shared, 0.0)
     }
 
     /// Pins a fresh snapshot of now under `name`: it survives restarts and compactions, and
@@ -763,7 +788,10 @@ impl Store {
             let mut records_checked = 0u64;
             let mut frames_checked = 0u64;
             let mut damaged_records = Vec::new();
-            let end = scan_frames(&bytes, SEGMENT_HEADER_BYTES, &mut seq,
+            let end = scan_frames(
+                &bytes,
+                SEGMENT_HEADER_BYTES,
+                &mut seq,
                 false,
                 header.rewrites > 0,
                 &mut |_, offset, payload| {
@@ -797,19 +825,32 @@ impl Store {
     }
 }
 
-/// How often the background compactor looks for segments worth rewriting.
-const AUTO_COMPACT_INTERVAL: Duration = Duration::from_secs(1);
+/// How often the maintenance thread looks for work.
+const MAINTENANCE_INTERVAL: Duration = Duration::from_secs(1);
 /// The reclaimable share of a sealed segment at which the background compactor rewrites it.
 const AUTO_COMPACT_MIN_SHARE: f64 = 0.5;
+/// Bytes of log appended after which the maintenance thread writes a new checkpoint.
+const CHECKPOINT_EVERY_BYTES: u64 = 64 << 20;
 
-/// Starts the background compactor; it stops when the returned sender is dropped.
-fn start_compactor(shared: Arc<Shared>) -> Result<(Sender<()>, JoinHandle<()>)> {
+/// Compacts (and then checkpoints) while holding the compaction lock.
+fn compact_and_checkpoint(shared: &Shared, min_share: f64) -> Result<CompactionReport> {
+    let report = compaction::compact(shared, min_share)?;
+    if report.segments_rewritten > 0 {
+        checkpoint::write(shared, true)?;
+        shared.note_checkpoint();
+    }
+    Ok(report)
+}
+
+/// Starts the maintenance thread (background compaction when `auto_compact`, and a checkpoint every
+/// [`CHECKPOINT_EVERY_BYTES`] of log); it stops when the returned sender is dropped.
+fn start_maintenance(shared: Arc<Shared>, auto_compact: bool) -> Result<(Sender<()>, JoinHandle<()>)> {
     let (stop, stopped) = crossbeam_channel::bounded::<()>(0);
     let handle = std::thread::Builder::new()
-        .name("ctxlog-compactor".into())
+        .name("ctxlog-maintenance".into())
         .spawn(move || {
             let mut last_seen = None;
-            while let Err(crossbeam_channel::RecvTimeoutError::Timeout) = stopped.recv_timeout(AUTO_COMPACT_INTERVAL) {
+            while let Err(crossbeam_channel::RecvTimeoutError::Timeout) = stopped.recv_timeout(MAINTENANCE_INTERVAL) {
                 // Nothing to gain while neither the log nor the clock moved.
                 let now = (shared.read_index().seq, shared.clock.now());
                 if last_seen == Some(now) {
@@ -820,12 +861,20 @@ fn start_compactor(shared: Arc<Shared>) -> Result<(Sender<()>, JoinHandle<()>)> 
                     .compaction
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
-                if let Err(e) = compaction::compact(&shared, AUTO_COMPACT_MIN_SHARE) {
-                    tracing::warn!("background compaction failed: {e}");
+                if auto_compact {
+                    if let Err(e) = compact_and_checkpoint(&shared, AUTO_COMPACT_MIN_SHARE) {
+                        tracing::warn!("background compaction failed: {e}");
+                    }
+                }
+                if shared.log_bytes().saturating_sub(shared.checkpointed_log_bytes()) >= CHECKPOINT_EVERY_BYTES {
+                    match checkpoint::write(&shared, true) {
+                        Ok(_) => shared.note_checkpoint(),
+                        Err(e) => tracing::warn!("writing a checkpoint failed: {e}"),
+                    }
                 }
             }
         })
-        .map_err(|e| Error::io("starting the compactor thread", e))?;
+        .map_err(|e| Error::io("starting the maintenance thread", e))?;
     Ok((stop, handle))
 }
 

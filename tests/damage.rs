@@ -139,6 +139,15 @@ fn spanning_batches(prefix: &str, count: usize) -> Vec<Vec<ContextItem>> {
 }
 
 /// Copies every file of a store into another directory.
+fn remove_checkpoints(dir: &Path) {
+    for entry in std::fs::read_dir(dir).expect("listing the store") {
+        let path = entry.expect("dir entry").path();
+        if path.extension().is_some_and(|e| e == "idx") {
+            std::fs::remove_file(&path).expect("removing a checkpoint");
+        }
+    }
+}
+
 fn copy_store(from: &Path, to: &Path) {
     for entry in std::fs::read_dir(from).expect("listing the store") {
         let entry = entry.expect("dir entry");
@@ -516,6 +525,10 @@ fn damage_inside_a_sealed_segment_is_corrupt() {
     let sealed_bytes = std::fs::read(sealed).expect("reading segment 1");
     let sealed_frames = frames(&sealed_bytes);
     assert!(sealed_frames.len() >= 2, "segment 1 should hold several frames");
+    // A clean close leaves a checkpoint, and an open from a checkpoint does not re-read the sealed
+    // segments it covers (damage there is found by reads and verify(), see
+    // `damage_under_a_checkpoint_is_found_by_verify`). Without it, opening replays them and must refuse.
+    remove_checkpoints(pristine.path());
 
     // A frame in the middle of the segment, and its last one (which in a sealed segment is no torn tail).
     for (what, frame) in [
@@ -815,5 +828,29 @@ fn bit_rot_under_an_open_store_is_reported_never_returned() {
     assert!(
         in_records > 0 && outside_records > 0,
         "both kinds of flip must have been tried"
+    );
+}
+
+#[test]
+fn damage_under_a_checkpoint_is_found_by_verify() {
+    let batches = spanning_batches("v", 8);
+    let dir = tempfile::tempdir().expect("temp dir");
+    write_batches(dir.path(), &batches);
+    let segments = segment_files(dir.path());
+    let sealed = &segments[0];
+    let mut bytes = std::fs::read(sealed).expect("reading segment 1");
+    let frame = frames(&bytes)[0].clone();
+    let at = frame.start + (frame.end - frame.start) / 2;
+    bytes[at] ^= 0x5A;
+    std::fs::write(sealed, &bytes).expect("writing the damage");
+    let store = open_store(dir.path()).expect("a checkpoint opens without re-reading sealed segments");
+    assert!(
+        store.stats().recovery.checkpoint_seq.is_some(),
+        "the clean close left no checkpoint"
+    );
+    let report = store.verify().expect("verify");
+    assert!(
+        report.problems.iter().any(|p| file_name(&p.file) == file_name(sealed)),
+        "verify missed the damage: {report:?}"
     );
 }

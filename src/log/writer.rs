@@ -147,8 +147,9 @@ pub(crate) struct Writer {
 }
 
 impl Writer {
-    /// Serves commands until every sender is gone, then syncs and returns.
-    pub(crate) fn run(mut self, commands: &Receiver<Command>) {
+    /// Serves commands until every sender is gone, then syncs; returns whether the log ended clean
+    /// (never poisoned).
+    pub(crate) fn run(mut self, commands: &Receiver<Command>) -> bool {
         loop {
             let first = match (self.durability, self.dirty) {
                 (Durability::Periodic(period), true) => {
@@ -188,6 +189,7 @@ impl Writer {
                 tracing::error!("final sync of the store failed: {e}");
             }
         }
+        self.poisoned.is_none()
     }
 
     fn sync(&mut self) -> Result<()> {
