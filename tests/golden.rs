@@ -136,3 +136,163 @@ fn sha256_hex(bytes: &[u8]) -> String {
         out
     })
 }
+
+fn compacted_fixture_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/format-v1-compacted")
+}
+
+/// The golden batches, then a pin, superseded and expired versions, a compaction (which seals the
+/// active segment and rewrites segment 1 with retired records) and a clean close (a checkpoint).
+fn write_compacted(dir: &Path) {
+    let store = write_golden(dir);
+    store.pin_snapshot("audit").expect("pin");
+    let m1 = &golden_items()[1];
+    let mut m1_v2 = m1.clone();
+    m1_v2.version = "v2".into();
+    m1_v2.content = json!({"role": "user", "b": "edited"});
+    store.add([m1_v2]).expect("m1 v2");
+    let expired = ContextItem::new(
+        "tmp1",
+        "tool_result",
+        json!({"ok": true}),
+        "tool",
+        1_715_335_200,
+        "1",
+        Scope::GlobalWritable,
+    )
+    .with_ttl(10);
+    store.add([expired]).expect("tmp1");
+    let old = ContextItem::new(
+        "old",
+        "message",
+        json!("first"),
+        "chat",
+        1_715_335_250,
+        "1",
+        Scope::GlobalWritable,
+    );
+    store.add([old.clone()]).expect("old v1");
+    let mut old_v2 = old;
+    old_v2.version = "2".into();
+    old_v2.content = json!("second");
+    store.add([old_v2]).expect("old v2");
+    let report = store.compact().expect("compact");
+    assert_eq!(report.segments_rewritten, 1, "{report:?}");
+    assert_eq!(
+        report.retired, 2,
+        "tmp1 (expired) and old@1 (superseded) are retired: {report:?}"
+    );
+}
+
+/// Every file of a store directory but the lock, by name.
+fn store_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+        .expect("list")
+        .map(|entry| entry.expect("entry").path())
+        .filter(|path| path.file_name().is_some_and(|name| name != "LOCK"))
+        .map(|path| {
+            let name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            (name, std::fs::read(&path).expect("read"))
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn this_build_writes_the_golden_compacted_store_and_checkpoint() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_compacted(dir.path());
+    let written = store_files(dir.path());
+    let names: Vec<&str> = written.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["00000001.seg", "00000002.seg", "checkpoint-00000000000000000009.idx"]
+    );
+    if std::env::var_os("CTXLOG_BLESS").is_some() {
+        let _ = std::fs::remove_dir_all(compacted_fixture_dir());
+        std::fs::create_dir_all(compacted_fixture_dir()).expect("fixture dir");
+        for (name, bytes) in &written {
+            std::fs::write(compacted_fixture_dir().join(name), bytes).expect("bless");
+        }
+    }
+    let golden = store_files(&compacted_fixture_dir());
+    assert_eq!(written.len(), golden.len(), "another set of files");
+    for ((name, bytes), (golden_name, golden_bytes)) in written.iter().zip(&golden) {
+        assert_eq!(name, golden_name);
+        assert_eq!(bytes.len(), golden_bytes.len(), "{name}: length changed");
+        if let Some(at) = bytes.iter().zip(golden_bytes).position(|(a, b)| a != b) {
+            panic!("{name}: the encoding changed at byte {at}");
+        }
+    }
+    // The rewritten segment says so in its header.
+    let segment = &golden[0].1;
+    assert_eq!(
+        u32::from_le_bytes(segment[24..28].try_into().expect("4 bytes")),
+        1,
+        "rewrites"
+    );
+    assert_eq!(&golden[2].1[0..8], b"CTXLOGCP");
+}
+
+#[test]
+fn the_golden_compacted_store_opens_from_its_checkpoint_and_by_full_replay() {
+    for with_checkpoint in [true, false] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for (name, bytes) in store_files(&compacted_fixture_dir()) {
+            if with_checkpoint || !name.ends_with(".idx") {
+                std::fs::write(dir.path().join(name), bytes).expect("copy fixture");
+            }
+        }
+        let store = Options::new()
+            .clock(Arc::new(ManualClock::new(1_715_335_300)))
+            .auto_compact(false)
+            .open(dir.path())
+            .expect("open");
+        assert_eq!(store.stats().recovery.checkpoint_seq, with_checkpoint.then_some(9));
+        assert!(store.verify().expect("verify").is_ok());
+        assert_eq!(store.stats().seq, 9);
+        let live = store
+            .resolve(["m1", "m1@v1", "tmp1", "old", "old@1", "cl_1.2"])
+            .expect("resolve");
+        assert!(matches!(&live[0], Resolution::Found(item) if item.version == "v2"));
+        assert!(matches!(&live[1], Resolution::Superseded { latest, .. } if latest.version == "v2"));
+        assert_eq!(
+            live[2],
+            Resolution::NotFound {
+                reference: "tmp1".into()
+            },
+            "reclaimed after expiry"
+        );
+        assert!(matches!(&live[3], Resolution::Found(item) if item.version == "2"));
+        assert!(
+            matches!(&live[4], Resolution::Superseded { .. }),
+            "a retired version is remembered"
+        );
+        assert!(matches!(&live[5], Resolution::Found(_)));
+        // The retired version's identity conflicts with other content.
+        let other = ContextItem::new(
+            "old",
+            "message",
+            json!("else"),
+            "chat",
+            1_715_335_250,
+            "1",
+            Scope::GlobalWritable,
+        );
+        assert!(matches!(store.add([other]), Err(ctxlog::Error::VersionConflict { .. })));
+        // The pin still sees m1 at v1, whole.
+        let audit = store.open_snapshot("audit").expect("pin");
+        let pinned = audit.resolve(["m1", "old"]).expect("resolve");
+        assert!(matches!(&pinned[0], Resolution::Found(item) if item.version == "v1"));
+        assert_eq!(
+            pinned[1],
+            Resolution::NotFound {
+                reference: "old".into()
+            }
+        );
+    }
+}
