@@ -12,7 +12,7 @@
 //! does the index move to the new locations, in one step under its write lock. A crash before the
 //! rename leaves the old segment (and a stray `.tmp` that opening deletes); after it, the new one.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
@@ -78,12 +78,13 @@ pub(crate) struct Views {
 }
 
 impl Views {
-    pub(crate) fn gather(shared: &Shared, index: &Index) -> Views {
-        let mut seqs: BTreeSet<u64> = shared.live_snapshot_seqs();
+    /// The views as of now; `live` is the registry of live snapshot handles, locked by the caller.
+    pub(crate) fn gather(live: &BTreeMap<u64, usize>, index: &Index, now: i64) -> Views {
+        let mut seqs: BTreeSet<u64> = live.keys().copied().collect();
         seqs.extend(index.pins.values().map(|pin| pin.seq));
         Views {
             current_seq: index.seq,
-            now: shared.clock.now(),
+            now,
             snapshot_seqs: seqs.into_iter().collect(),
         }
     }
@@ -170,11 +171,12 @@ fn segment_bytes(index: &Index) -> u64 {
 
 /// Reclaimable bytes of the active segment (the newest), for deciding whether to seal it first.
 pub(crate) fn active_reclaimable(shared: &Shared) -> u64 {
+    let live = shared.live_snapshots();
     let index = shared.read_index();
     let Some(active) = index.segments.keys().next_back().copied() else {
         return 0;
     };
-    let views = Views::gather(shared, &index);
+    let views = Views::gather(&live, &index, shared.clock.now());
     plan(&index, &views).get(&active).map_or(0, |plan| plan.reclaim_bytes)
 }
 
@@ -183,8 +185,9 @@ pub(crate) fn compact(shared: &Shared, min_share: f64) -> Result<CompactionRepor
     let started = Instant::now();
     let mut report = CompactionReport::default();
     let (mut chosen, bytes_before) = {
+        let live = shared.live_snapshots();
         let index = shared.read_index();
-        let views = Views::gather(shared, &index);
+        let views = Views::gather(&live, &index, shared.clock.now());
         let active = index.segments.keys().next_back().copied().unwrap_or(0);
         let mut plans = plan(&index, &views);
         plans.remove(&active);
@@ -298,43 +301,67 @@ fn rewrite(shared: &Shared, number: u32, plan: &SegmentPlan, report: &mut Compac
     let tmp = shared.dir.join(format!("{}.tmp", segment_file_name(number)));
     write_synced(&tmp, &out)?;
 
-    let mut index = shared.write_index();
-    // A snapshot taken since the plan may see what this rewrite leaves out: then keep the old file.
-    let views = Views::gather(shared, &index);
-    let still_reclaimable = updates.iter().all(|update| match update {
-        Update::Move(..) => true,
-        Update::Retire(slot, ..) | Update::Forget(slot, _) => index.slot(*slot).is_none_or(|v| !views.needed(v)),
-    });
-    if !still_reclaimable {
-        drop(index);
-        report.segments_skipped += 1;
-        return std::fs::remove_file(&tmp).map_err(|e| Error::io(format!("removing {}", tmp.display()), e));
+    // From here until the index has moved, no snapshot handle may be created: one could come to see
+    // a version this rewrite leaves out. Readers and the writer go on; only the final swap takes the
+    // index's write lock.
+    let live = shared.live_snapshots();
+    {
+        let index = shared.read_index();
+        let views = Views::gather(&live, &index, shared.clock.now());
+        let still_reclaimable = updates.iter().all(|update| match update {
+            Update::Move(..) => true,
+            Update::Retire(slot, ..) | Update::Forget(slot, _) => index.slot(*slot).is_none_or(|v| !views.needed(v)),
+        });
+        if !still_reclaimable {
+            report.segments_skipped += 1;
+            return std::fs::remove_file(&tmp).map_err(|e| Error::io(format!("removing {}", tmp.display()), e));
+        }
     }
     std::fs::rename(&tmp, &path)
         .map_err(|e| Error::io(format!("renaming {} over {}", tmp.display(), path.display()), e))?;
     sync_dir(&shared.dir)?;
-    let rewritten = Segment::open(&path, true, out.len() as u64)?;
-    index.segments.insert(number, Arc::new(rewritten));
-    for update in updates {
-        match update {
-            Update::Move(slot, location) => index.relocate(slot, location),
-            Update::Retire(slot, location, reason) => {
-                index.retire(slot, location);
-                report.retired += 1;
-                count(report, reason);
-            }
-            Update::Forget(slot, reason) => {
-                let was_retired = index.slot(slot).is_some_and(VersionEntry::is_retired);
-                index.forget(slot);
-                if !was_retired {
+    let rewritten = Arc::new(Segment::open(&path, true, out.len() as u64)?);
+    let mut unlink = Vec::new();
+    {
+        let mut index = shared.write_index();
+        index.segments.insert(number, rewritten);
+        for update in updates {
+            match update {
+                Update::Move(slot, location) => index.relocate(slot, location),
+                Update::Retire(slot, location, reason) => {
+                    if index.retire(slot, location) {
+                        unlink.push(slot);
+                    }
+                    report.retired += 1;
                     count(report, reason);
                 }
+                Update::Forget(slot, reason) => {
+                    let was_retired = index.slot(slot).is_some_and(VersionEntry::is_retired);
+                    if index.forget(slot) {
+                        unlink.push(slot);
+                    }
+                    if !was_retired {
+                        count(report, reason);
+                    }
+                }
             }
+        }
+    }
+    drop(live);
+    // Readers already skip what is no longer stored; the set entries go in small steps so that
+    // writers never wait long for the lock.
+    for chunk in unlink.chunks(UNLINK_CHUNK) {
+        let mut index = shared.write_index();
+        for slot in chunk {
+            index.unlink_from_sets(*slot);
         }
     }
     report.segments_rewritten += 1;
     Ok(())
 }
+
+/// Set entries unlinked per hold of the index's write lock.
+const UNLINK_CHUNK: usize = 4096;
 
 fn count(report: &mut CompactionReport, reason: Reason) {
     match reason {

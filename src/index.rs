@@ -405,11 +405,8 @@ impl Index {
     }
 
     /// Removes a stored version's entries from the ordered sets.
-    fn unlink_from_sets(&mut self, slot: u32) {
+    pub(crate) fn unlink_from_sets(&mut self, slot: u32) {
         let Some(version) = self.slot(slot) else { return };
-        if version.state != VersionState::Stored {
-            return;
-        }
         let key = (version.timestamp, slot);
         let (kind, scope) = (
             usize::from(version.kind),
@@ -433,24 +430,28 @@ impl Index {
 
     /// Compaction reclaimed a version's content but the store still remembers its identity; the
     /// retired record is at `location`.
-    pub(crate) fn retire(&mut self, slot: u32, location: Location) {
-        self.unlink_from_sets(slot);
+    /// Its entries stay in the ordered sets (readers skip versions that are not stored) until
+    /// [`Index::unlink_from_sets`]; returns whether it was stored (so has entries there).
+    pub(crate) fn retire(&mut self, slot: u32, location: Location) -> bool {
         let Some(version) = self.slots.get_mut(usize::try_from(slot).unwrap_or(usize::MAX)) else {
-            return;
+            return false;
         };
-        if version.state == VersionState::Stored && version.seq_ended == SEQ_OPEN {
+        let was_stored = version.state == VersionState::Stored;
+        if was_stored && version.seq_ended == SEQ_OPEN {
             self.live_ids = self.live_ids.saturating_sub(1);
         }
         version.state = VersionState::Retired;
         version.location = location;
+        was_stored
     }
 
     /// Compaction dropped every trace of a version of a closed history.
-    pub(crate) fn forget(&mut self, slot: u32) {
-        self.unlink_from_sets(slot);
+    /// As with [`Index::retire`], its set entries are unlinked later; returns whether it was stored.
+    pub(crate) fn forget(&mut self, slot: u32) -> bool {
         let Some(version) = self.slots.get_mut(usize::try_from(slot).unwrap_or(usize::MAX)) else {
-            return;
+            return false;
         };
+        let was_stored = version.state == VersionState::Stored;
         version.state = VersionState::Forgotten;
         version.version = Box::from("");
         let id = version.id;
@@ -458,6 +459,7 @@ impl Index {
             entry.versions.retain(|s| *s != slot);
         }
         self.forgotten += 1;
+        was_stored
     }
 
     /// An estimate of the heap and inline bytes the index uses, and the formula's parts.

@@ -345,7 +345,9 @@ pub(crate) fn run(
             let Some(version) = index.slot(slot) else {
                 continue;
             };
-            let passes = version.visible_at(bounds.seq)
+            // Compaction unlinks reclaimed versions from the sets a little after reclaiming them.
+            let passes = version.is_stored()
+                && version.visible_at(bounds.seq)
                 && !version.expired_at(bounds.now)
                 && kinds.as_ref().is_none_or(|kinds| kinds.contains(&version.kind))
                 && allowed_scopes

@@ -201,21 +201,23 @@ impl ReceiptAnswer {
 }
 
 impl Snapshot {
-    /// A view at `at` (sequence number and time), or at now; `register` makes compaction keep what
-    /// it sees for as long as the handle (or a clone) lives.
-    pub(crate) fn new(shared: &Arc<Shared>, at: Option<(u64, i64)>, session: Option<Arc<str>>, register: bool) -> Self {
-        // Reading the sequence number and registering under the index lock orders this view before
-        // or after any compaction step, never in the middle of one.
+    /// A view of now; `register` makes compaction keep what it sees for as long as the handle (or a
+    /// clone) lives.
+    pub(crate) fn new(shared: &Arc<Shared>, session: Option<Arc<str>>, register: bool) -> Self {
+        // Registering under the registry lock, taken before the index lock, orders this view
+        // before or after any compaction step, never in the middle of one.
+        let mut live = shared.live_snapshots();
         let index = shared.read_index();
-        let (seq, taken_at) = at.unwrap_or_else(|| (index.seq, shared.clock.now()));
+        let (seq, taken_at) = (index.seq, shared.clock.now());
+        drop(index);
         let registration = register.then(|| {
-            shared.register_snapshot(seq);
+            *live.entry(seq).or_insert(0) += 1;
             Arc::new(Registration {
                 shared: Arc::clone(shared),
                 seq,
             })
         });
-        drop(index);
+        drop(live);
         Snapshot {
             shared: Arc::clone(shared),
             seq,
@@ -225,15 +227,28 @@ impl Snapshot {
         }
     }
 
-    /// The snapshot pinned under `name`.
+    /// The snapshot pinned under `name`, registered before the pin can be ended and reclaimed.
     pub(crate) fn open_pinned(shared: &Arc<Shared>, name: &str) -> Result<Snapshot> {
+        let mut live = shared.live_snapshots();
         let pin = shared
             .read_index()
             .pins
             .get(name)
             .cloned()
             .ok_or_else(|| Error::SnapshotNotFound { name: name.to_owned() })?;
-        Ok(Snapshot::new(shared, Some((pin.seq, pin.taken_at)), pin.session, true))
+        *live.entry(pin.seq).or_insert(0) += 1;
+        drop(live);
+        let registration = Some(Arc::new(Registration {
+            shared: Arc::clone(shared),
+            seq: pin.seq,
+        }));
+        Ok(Snapshot {
+            shared: Arc::clone(shared),
+            seq: pin.seq,
+            taken_at: pin.taken_at,
+            session: pin.session,
+            _registration: registration,
+        })
     }
 
     /// Pins this snapshot under `name` (a session view's snapshot keeps its session's visibility).

@@ -1,11 +1,11 @@
 //! [`Store`], [`Options`] and [`SessionView`]: the public handle over the log, the index and the
 //! writer thread.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -274,36 +274,22 @@ impl Shared {
         answer.recv().map_err(|_| Error::Closed)?
     }
 
-    /// Counts a live snapshot handle at `seq`, so that compaction keeps what it sees.
-    pub(crate) fn register_snapshot(&self, seq: u64) {
-        *self
-            .live_snapshots
+    /// The registry of live snapshot handles (sequence number -> how many handles hold it). Lock
+    /// order: this before the index lock, never the other way.
+    pub(crate) fn live_snapshots(&self) -> MutexGuard<'_, BTreeMap<u64, usize>> {
+        self.live_snapshots
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .entry(seq)
-            .or_insert(0) += 1;
     }
 
     pub(crate) fn unregister_snapshot(&self, seq: u64) {
-        let mut live = self
-            .live_snapshots
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut live = self.live_snapshots();
         if let Some(count) = live.get_mut(&seq) {
             *count -= 1;
             if *count == 0 {
                 live.remove(&seq);
             }
         }
-    }
-
-    pub(crate) fn live_snapshot_seqs(&self) -> BTreeSet<u64> {
-        self.live_snapshots
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .keys()
-            .copied()
-            .collect()
     }
 
     /// Bytes of log (every segment's published length).
@@ -598,7 +584,7 @@ impl Store {
 
     /// A view of now; `register` makes compaction keep what it sees (for handles given to users).
     fn view(&self, session: Option<Arc<str>>, register: bool) -> Snapshot {
-        Snapshot::new(&self.inner.shared, None, session, register)
+        Snapshot::new(&self.inner.shared, session, register)
     }
 
     /// Removes expired, superseded and deleted records that no view can still see, and gives the disk
@@ -836,7 +822,11 @@ impl Store {
             report.checkpoints_checked += 1;
             let bytes = std::fs::read(&path).map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
             if let Err(reason) = checkpoint::decode(&bytes) {
-                report.problems.push(Problem { file: path, offset: 0, reason });
+                report.problems.push(Problem {
+                    file: path,
+                    offset: 0,
+                    reason,
+                });
             }
         }
         Ok(())
@@ -855,9 +845,10 @@ impl Store {
                 });
             }
             for version in index.slots.iter().filter(|v| v.is_stored() && v.visible_at(pin.seq)) {
-                if let Err(crate::snapshot::ReadFailure::Damaged(Error::Corrupt { file, offset, reason })
-                | crate::snapshot::ReadFailure::Io(Error::Corrupt { file, offset, reason })) =
-                    crate::snapshot::read_item(&index, version)
+                if let Err(
+                    crate::snapshot::ReadFailure::Damaged(Error::Corrupt { file, offset, reason })
+                    | crate::snapshot::ReadFailure::Io(Error::Corrupt { file, offset, reason }),
+                ) = crate::snapshot::read_item(&index, version)
                 {
                     report.problems.push(Problem {
                         file,

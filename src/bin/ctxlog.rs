@@ -1,10 +1,12 @@
 //! `ctxlog`: a command-line tour of the engine.
 //!
 //! `ctxlog demo [DIR]` writes a few thousand realistic context items into a store (a fresh directory
-//! under the system temp dir unless DIR is given), then queries, resolves, isolates sessions, takes a
-//! snapshot, reopens the store and verifies it, printing what each step found and how long it took.
-//! The store's clock is a `ManualClock` standing at 2024-05-10T10:00:00Z and the data comes from a
-//! seeded generator, so every run on a fresh directory prints the same answers (timings aside).
+//! under the system temp dir unless DIR is given), then queries, resolves, isolates sessions, pins a
+//! snapshot with a digest and a receipt of its resolve, changes the store under it, compacts, reopens
+//! from a checkpoint, replays the receipt, unpins and compacts again, and verifies the store, printing
+//! what each step found and how long it took. The store's clock is a `ManualClock` standing at
+//! 2024-05-10T10:00:00Z, the data comes from a seeded generator and background compaction is off, so
+//! every run on a fresh directory prints the same answers (timings aside).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -13,8 +15,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::{Parser, Subcommand};
 use ctxlog::{
-    format_rfc3339, AddOutcome, Clock, ContextItem, ContextQuery, Error, ManualClock, Options, Resolution, Scope,
-    Store, TimeRange, TypeSpec,
+    format_rfc3339, AddOutcome, Clock, CompactionReport, ContextItem, ContextQuery, Error, ManualClock, Options,
+    Resolution, Scope, Snapshot, Store, TimeRange, TypeSpec,
 };
 use serde_json::{json, Value};
 
@@ -35,6 +37,8 @@ const PROFILE_TTL: u64 = 7 * 24 * 3_600;
 const REVISED: usize = 25;
 /// Late document chunks added into the query window after the snapshot.
 const LATE: usize = 10;
+/// The name the demo pins its snapshot under.
+const PIN: &str = "audit-2024-05-10";
 
 #[derive(Parser)]
 #[command(
@@ -49,8 +53,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Writes a few thousand items into a store and shows queries, resolves, sessions, snapshots,
-    /// reopening and verification, with counts and timings.
+    /// Writes a few thousand items into a store and shows queries, resolves, sessions, pinned
+    /// snapshots with digests and receipts, compaction, reopening from a checkpoint and verification,
+    /// with counts and timings.
     Demo {
         /// Store directory; used as is if it exists. Default: a fresh directory under the system temp dir.
         dir: Option<PathBuf>,
@@ -308,6 +313,30 @@ fn to_json<T: serde::Serialize>(value: &T) -> Fallible<String> {
     serde_json::to_string(value).context("serialising an answer")
 }
 
+/// Prints a compaction report in two lines.
+fn print_compaction(label: &str, report: &CompactionReport) {
+    println!(
+        "{label}: {} segment(s) rewritten, {} skipped; segment files {} -> {} in {}",
+        report.segments_rewritten,
+        report.segments_skipped,
+        human_bytes(report.bytes_before),
+        human_bytes(report.bytes_after),
+        ms(report.duration)
+    );
+    println!(
+        "  reclaimed {} expired, {} superseded, {} deleted versions ({} remembered by a retired record)",
+        report.reclaimed_expired, report.reclaimed_superseded, report.reclaimed_deleted, report.retired
+    );
+}
+
+/// What a snapshot answers, serialised: the chunk query, the resolve, and the digest.
+fn snapshot_answers(snap: &Snapshot, query: &ContextQuery, refs: &[String]) -> Fallible<(String, String, String)> {
+    let get = snap.get(query).context("snapshot get")?;
+    let resolve = snap.resolve(refs).context("snapshot resolve")?;
+    let digest = snap.digest().context("snapshot digest")?;
+    Ok((to_json(&get)?, to_json(&resolve)?, digest))
+}
+
 /// Checks the demo makes as it goes; any failure makes it exit non-zero.
 #[derive(Default)]
 struct Checks(Vec<(&'static str, bool)>);
@@ -337,12 +366,19 @@ fn demo(dir: Option<PathBuf>) -> Fallible<()> {
     let started = Instant::now();
     let store = Options::new()
         .clock(clock.clone())
+        .auto_compact(false)
         .open(&dir)
         .context("opening the store")?;
     println!(
-        "open: {} (durability Immediate: every add returns after its fsync)",
+        "open: {} (durability Immediate: every add returns after its fsync; auto_compact off: the demo compacts by hand)",
         ms(started.elapsed())
     );
+    if store.stats().seq > 0 {
+        eprintln!(
+            "ctxlog: note: {} already holds a store; the demo's story and checks assume a fresh one",
+            dir.display()
+        );
+    }
     let clause_pattern = r"^cl_[0-9.a-z]+$";
     store
         .register_type(TypeSpec::new("legal_clause").id_pattern(clause_pattern))
@@ -527,8 +563,10 @@ fn demo(dir: Option<PathBuf>) -> Fallible<()> {
         profile.id.clone(),
     ];
     let snap = store.snapshot();
+    let pinned = snap.pin(PIN).context("pinning the snapshot")?;
     let snap_get = snap.get(&chunks_query).context("snapshot get")?;
-    let snap_resolve = snap.resolve(&snap_refs).context("snapshot resolve")?;
+    let (snap_resolve, receipt) = snap.resolve_with_receipt(&snap_refs).context("snapshot resolve")?;
+    let digest = snap.digest().context("snapshot digest")?;
     let before = (to_json(&snap_get)?, to_json(&snap_resolve)?);
     println!(
         "snapshot at seq {}, {}: get {} chunks; resolve {} -> {}",
@@ -537,6 +575,12 @@ fn demo(dir: Option<PathBuf>) -> Fallible<()> {
         snap_get.len(),
         snap_refs.join(" "),
         describe_all(&snap_resolve)
+    );
+    println!(
+        "  pinned as {} (seq {}); receipt of {} answers; digest {digest}",
+        pinned.name,
+        pinned.seq,
+        receipt.answers.len()
     );
 
     let revisions: Vec<ContextItem> = chunks
@@ -603,6 +647,28 @@ fn demo(dir: Option<PathBuf>) -> Fallible<()> {
     );
     drop(snap);
 
+    // Compact with the pin held: the pin alone keeps what the snapshot sees.
+    let report = store.compact().context("compacting")?;
+    print_compaction("compact (pin held)", &report);
+    let kept = store
+        .snapshots()
+        .into_iter()
+        .find(|info| info.name == PIN)
+        .map_or(0, |info| info.bytes_kept);
+    let opened = store.open_snapshot(PIN).context("opening the pinned snapshot")?;
+    let after_compaction = snapshot_answers(&opened, &chunks_query, &snap_refs)?;
+    drop(opened);
+    let pin_answers_kept = (&after_compaction.0, &after_compaction.1) == (&before.0, &before.1);
+    let pin_digest_kept = after_compaction.2 == digest;
+    checks.record("pinned answers unchanged by compaction", pin_answers_kept);
+    checks.record("pinned digest unchanged by compaction", pin_digest_kept);
+    let live_compacted = to_json(&store.get(&chunks_query).context("live get")?)? == to_json(&live_get)?;
+    checks.record("live answers unchanged by compaction", live_compacted);
+    println!(
+        "  pin {PIN} keeps {} the live state no longer needs; its answers unchanged: {pin_answers_kept}, digest unchanged: {pin_digest_kept}; live answers unchanged: {live_compacted}",
+        human_bytes(kept)
+    );
+
     // Reopen.
     let before_stats = store.stats();
     let live_before = to_json(&live_get)?;
@@ -610,6 +676,7 @@ fn demo(dir: Option<PathBuf>) -> Fallible<()> {
     let started = Instant::now();
     let store = Options::new()
         .clock(clock.clone())
+        .auto_compact(false)
         .open(&dir)
         .context("reopening the store")?;
     let reopen = started.elapsed();
@@ -621,18 +688,64 @@ fn demo(dir: Option<PathBuf>) -> Fallible<()> {
     checks.record("counts match after reopen", counts_match);
     checks.record("answers match after reopen", answers_match);
     let recovery = &after_stats.recovery;
+    // The clean close wrote a checkpoint as of the last sequence number.
+    let from_checkpoint = recovery.checkpoint_seq == Some(before_stats.seq) && recovery.checkpoint_rejected.is_none();
+    checks.record("reopen starts from the checkpoint written at close", from_checkpoint);
+    let checkpoint_seq = recovery
+        .checkpoint_seq
+        .map_or_else(|| "none".to_owned(), |seq| seq.to_string());
     println!(
-        "reopen: {} (replayed {} frames, {} records from {} segment(s), {} torn bytes cut); counts match: {counts_match}; answers match: {answers_match}",
+        "reopen: {} from checkpoint at seq {checkpoint_seq} (recovery {} ms; replayed {} frames, {} records after it; {} segment(s) opened, {} torn bytes cut)",
         ms(reopen),
+        recovery.millis,
         recovery.frames,
         recovery.records,
         recovery.segments,
         recovery.truncated_bytes
     );
+    if let Some(reason) = &recovery.checkpoint_rejected {
+        println!("  checkpoint rejected: {reason}");
+    }
+    println!("  counts match: {counts_match}; answers match: {answers_match}");
+
+    // The pinned snapshot and the receipt after the restart.
+    let opened = store.open_snapshot(PIN).context("opening the pinned snapshot")?;
+    let reopened = snapshot_answers(&opened, &chunks_query, &snap_refs)?;
+    drop(opened);
+    let identical = (&reopened.0, &reopened.1) == (&before.0, &before.1);
+    let same_digest = reopened.2 == digest;
+    checks.record("open_snapshot answers identical after reopen", identical);
+    checks.record("open_snapshot digest identical after reopen", same_digest);
+    let replayed = store.replay(&receipt).context("replaying the receipt")?;
+    let replay_same = to_json(&replayed)? == before.1;
+    checks.record("replay of the receipt gives the same answers", replay_same);
+    println!(
+        "  open_snapshot({PIN}): answers byte-identical: {identical}, digest identical: {same_digest}; replay(receipt) -> {}; same: {replay_same}",
+        describe_all(&replayed)
+    );
+
+    // Unpin, compact again: what only the pin kept goes.
+    let unpinned = store.unpin_snapshot(PIN).context("unpinning")?;
+    let report = store.compact().context("compacting")?;
+    let reclaimed = report.bytes_after < report.bytes_before;
+    checks.record("unpin then compact reclaims space", unpinned && reclaimed);
+    print_compaction(&format!("unpin {PIN} ({unpinned}), compact"), &report);
+    let replay_refused = matches!(store.replay(&receipt), Err(Error::SnapshotNotFound { .. }));
+    let open_refused = matches!(store.open_snapshot(PIN), Err(Error::SnapshotNotFound { .. }));
+    checks.record(
+        "replay and open_snapshot refused after unpin",
+        replay_refused && open_refused,
+    );
+    let live_compacted = to_json(&store.get(&chunks_query).context("live get")?)? == live_before;
+    checks.record("live answers unchanged by the second compaction", live_compacted);
+    println!(
+        "  replay(receipt) -> SnapshotNotFound: {replay_refused}; open_snapshot -> SnapshotNotFound: {open_refused}; live answers unchanged: {live_compacted}"
+    );
 
     // Stats and verify.
+    let after_stats = store.stats();
     println!(
-        "stats: {} items (expired ones count until compaction), {} versions, {} segment(s), {} on disk, index ~{:.0} B per version (estimate)",
+        "stats: {} items, {} versions, {} segment(s), {} on disk, index ~{:.0} B per version (estimate)",
         after_stats.items,
         after_stats.versions,
         after_stats.segments,
@@ -643,10 +756,11 @@ fn demo(dir: Option<PathBuf>) -> Fallible<()> {
     let report = store.verify().context("verifying")?;
     checks.record("verify finds no problem", report.is_ok());
     println!(
-        "verify: {} segment(s), {} frames, {} records checked (CRC + SHA-256) in {}: {} problem(s)",
+        "verify: {} segment(s), {} frames, {} records checked (CRC + SHA-256), {} checkpoint(s) decoded, in {}: {} problem(s)",
         report.segments_checked,
         report.frames_checked,
         report.records_checked,
+        report.checkpoints_checked,
         ms(started.elapsed()),
         report.problems.len()
     );
