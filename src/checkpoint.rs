@@ -348,9 +348,7 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Loaded, String> {
     if !c.is_empty() {
         return Err("bytes after the last id".into());
     }
-    index.kinds = kinds;
-    index.scopes = scopes;
-    index.sources = sources;
+    index.set_tables(kinds, scopes, sources);
     index.rebuild_sets();
     Ok(Loaded { seq, segments, index })
 }

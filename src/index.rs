@@ -13,6 +13,10 @@ use crate::item::{Scope, TypeRegistry};
 use crate::log::record::{PutView, ScopeView};
 use crate::log::segment::Segment;
 
+/// The hash maps of the index: ids and interned strings come from users, so the hasher is seeded
+/// at random (foldhash resists simple flooding) while staying several times faster than SipHash.
+pub(crate) type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
 /// `seq_ended` of a version nothing has ended yet.
 pub(crate) const SEQ_OPEN: u64 = u64::MAX;
 /// `expires_at` of a version without a TTL.
@@ -94,14 +98,14 @@ pub(crate) struct IdEntry {
 #[derive(Debug, Clone)]
 pub(crate) struct Interner<T> {
     // Rebuilt from `values` when a checkpoint is loaded.
-    ids: HashMap<T, u32>,
+    ids: FastMap<T, u32>,
     values: Vec<T>,
 }
 
 impl<T> Default for Interner<T> {
     fn default() -> Self {
         Interner {
-            ids: HashMap::new(),
+            ids: FastMap::default(),
             values: Vec::new(),
         }
     }
@@ -109,12 +113,23 @@ impl<T> Default for Interner<T> {
 
 impl<T: Hash + Eq + Clone> Interner<T> {
     pub(crate) fn intern(&mut self, value: &T) -> u32 {
-        if let Some(id) = self.ids.get(value) {
+        self.intern_by(value, || value.clone())
+    }
+
+    /// The number of the value equal to `key`, interning `make()` when there is none: nothing is
+    /// allocated for a value already interned.
+    pub(crate) fn intern_by<Q>(&mut self, key: &Q, make: impl FnOnce() -> T) -> u32
+    where
+        T: std::borrow::Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        if let Some(id) = self.ids.get(key) {
             return *id;
         }
+        let value = make();
         let id = u32::try_from(self.values.len()).unwrap_or(u32::MAX);
         self.ids.insert(value.clone(), id);
-        self.values.push(value.clone());
+        self.values.push(value);
         id
     }
 
@@ -144,13 +159,15 @@ impl<T: Hash + Eq + Clone> Interner<T> {
 #[derive(Debug, Default)]
 pub(crate) struct Index {
     pub(crate) ids: Vec<IdEntry>,
-    pub(crate) by_name: HashMap<Arc<str>, u32>,
+    pub(crate) by_name: FastMap<Arc<str>, u32>,
     pub(crate) slots: Vec<VersionEntry>,
     pub(crate) by_type: Vec<BTreeSet<(i64, u32)>>,
     pub(crate) by_scope: Vec<BTreeSet<(i64, u32)>>,
     pub(crate) by_time: BTreeSet<(i64, u32)>,
     pub(crate) kinds: Interner<Box<str>>,
     pub(crate) scopes: Interner<Scope>,
+    /// Session scopes by session id, to find a scope's number without allocating.
+    session_scopes: FastMap<Box<str>, u32>,
     pub(crate) sources: Interner<Box<str>>,
     pub(crate) registry: TypeRegistry,
     pub(crate) segments: BTreeMap<u32, Arc<Segment>>,
@@ -235,6 +252,21 @@ impl Index {
         id
     }
 
+    /// The number of a scope, interning it if new, without allocating for a known one.
+    fn intern_scope(&mut self, scope: ScopeView<'_>) -> u32 {
+        match scope {
+            ScopeView::Session(id) => {
+                if let Some(number) = self.session_scopes.get(id) {
+                    return *number;
+                }
+                let number = self.scopes.intern(&Scope::Session(id.to_owned()));
+                self.session_scopes.insert(Box::from(id), number);
+                number
+            }
+            other => self.scopes.intern(&other.to_scope()),
+        }
+    }
+
     /// Appends a version of id `name` created by batch `seq`; it ends the id's open version.
     fn push_version(&mut self, seq: u64, name: &str, mut version: VersionEntry) -> u32 {
         let slot = u32::try_from(self.slots.len()).unwrap_or(u32::MAX);
@@ -266,9 +298,9 @@ impl Index {
 
     /// Records a new version stored at `location` by the batch with sequence number `seq`.
     pub(crate) fn apply_put(&mut self, seq: u64, put: &PutView<'_>, location: Location) {
-        let kind = u16::try_from(self.kinds.intern(&Box::from(put.kind))).unwrap_or(u16::MAX);
-        let scope = self.scopes.intern(&put.scope.to_scope());
-        let source = self.sources.intern(&Box::from(put.source));
+        let kind = u16::try_from(self.kinds.intern_by(put.kind, || Box::from(put.kind))).unwrap_or(u16::MAX);
+        let scope = self.intern_scope(put.scope);
+        let source = self.sources.intern_by(put.source, || Box::from(put.source));
         let slot = self.push_version(
             seq,
             put.id,
@@ -379,6 +411,19 @@ impl Index {
         if let Some(entry) = self.ids.get_mut(usize::try_from(id).unwrap_or(usize::MAX)) {
             entry.deletes = deletes;
         }
+    }
+
+    /// Installs the interned tables a checkpoint recorded.
+    pub(crate) fn set_tables(&mut self, kinds: Interner<Box<str>>, scopes: Interner<Scope>, sources: Interner<Box<str>>) {
+        self.session_scopes = scopes
+            .values()
+            .iter()
+            .enumerate()
+            .filter_map(|(number, scope)| Some((Box::from(scope.session_id()?), u32::try_from(number).ok()?)))
+            .collect();
+        self.kinds = kinds;
+        self.scopes = scopes;
+        self.sources = sources;
     }
 
     /// Builds the ordered sets from the stored versions, in bulk.
