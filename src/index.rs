@@ -414,7 +414,12 @@ impl Index {
     }
 
     /// Installs the interned tables a checkpoint recorded.
-    pub(crate) fn set_tables(&mut self, kinds: Interner<Box<str>>, scopes: Interner<Scope>, sources: Interner<Box<str>>) {
+    pub(crate) fn set_tables(
+        &mut self,
+        kinds: Interner<Box<str>>,
+        scopes: Interner<Scope>,
+        sources: Interner<Box<str>>,
+    ) {
         self.session_scopes = scopes
             .values()
             .iter()

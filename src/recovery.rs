@@ -26,7 +26,7 @@ use crate::log::writer::{create_segment, sync_dir, ActiveSegment};
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RecoveryStats {
-    /// Segments read.
+    /// Segments opened: replayed, or covered by the checkpoint (only their headers read).
     pub segments: u64,
     /// Frames (batches) replayed.
     pub frames: u64,

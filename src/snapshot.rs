@@ -122,6 +122,8 @@ pub struct Snapshot {
     pub(crate) seq: u64,
     pub(crate) taken_at: i64,
     pub(crate) session: Option<Arc<str>>,
+    /// The store's current state rather than a fixed view (see [`Snapshot::new`]).
+    current: bool,
     _registration: Option<Arc<Registration>>,
 }
 
@@ -147,7 +149,8 @@ pub struct SnapshotInfo {
     pub taken_at: i64,
     /// The session it is restricted to, if it was taken through a session view.
     pub session: Option<String>,
-    /// Bytes of records that it keeps stored although the current state no longer needs them.
+    /// Bytes of records it sees that the current state no longer needs: what unpinning it lets the
+    /// next compaction reclaim, unless another pin or live snapshot also sees them.
     pub bytes_kept: u64,
 }
 
@@ -201,29 +204,49 @@ impl ReceiptAnswer {
 }
 
 impl Snapshot {
-    /// A view of now; `register` makes compaction keep what it sees for as long as the handle (or a
-    /// clone) lives.
+    /// A view of now. With `register`, it is fixed at the current sequence number and clock time, and
+    /// compaction keeps what it sees for as long as the handle (or a clone) lives. Without, it is the
+    /// store's current state: each call reads the sequence number under the same index lock as its
+    /// query, so that no compaction step can fall between the two.
     pub(crate) fn new(shared: &Arc<Shared>, session: Option<Arc<str>>, register: bool) -> Self {
+        if !register {
+            return Snapshot {
+                shared: Arc::clone(shared),
+                seq: 0,
+                taken_at: 0,
+                session,
+                current: true,
+                _registration: None,
+            };
+        }
         // Registering under the registry lock, taken before the index lock, orders this view
         // before or after any compaction step, never in the middle of one.
         let mut live = shared.live_snapshots();
         let index = shared.read_index();
         let (seq, taken_at) = (index.seq, shared.clock.now());
         drop(index);
-        let registration = register.then(|| {
-            *live.entry(seq).or_insert(0) += 1;
-            Arc::new(Registration {
-                shared: Arc::clone(shared),
-                seq,
-            })
-        });
+        *live.entry(seq).or_insert(0) += 1;
         drop(live);
+        let registration = Some(Arc::new(Registration {
+            shared: Arc::clone(shared),
+            seq,
+        }));
         Snapshot {
             shared: Arc::clone(shared),
             seq,
             taken_at,
             session,
+            current: false,
             _registration: registration,
+        }
+    }
+
+    /// The sequence number and time this view reads at, given the locked index.
+    fn at(&self, index: &Index) -> (u64, i64) {
+        if self.current {
+            (index.seq, self.shared.clock.now())
+        } else {
+            (self.seq, self.taken_at)
         }
     }
 
@@ -247,6 +270,7 @@ impl Snapshot {
             seq: pin.seq,
             taken_at: pin.taken_at,
             session: pin.session,
+            current: false,
             _registration: registration,
         })
     }
@@ -353,9 +377,10 @@ impl Snapshot {
     /// As [`Snapshot::get`].
     pub fn get_with_stats(&self, query: &ContextQuery) -> Result<(Vec<ContextItem>, QueryStats)> {
         let index = self.shared.read_index();
+        let (seq, now) = self.at(&index);
         let bounds = ViewBounds {
-            seq: self.seq,
-            now: self.taken_at,
+            seq,
+            now,
             session: self.session.as_deref(),
         };
         let fetch = |version: &VersionEntry| read_item(&index, version).map_err(Error::from);
@@ -380,20 +405,28 @@ impl Snapshot {
             parsed.push(parse_reference(reference.as_ref()).map_err(|e| e.at(position))?);
         }
         let index = self.shared.read_index();
+        let at = self.at(&index);
         parsed
             .into_iter()
             .zip(&refs)
-            .map(|((id, version), reference)| self.resolve_one(&index, reference.as_ref(), id, version))
+            .map(|((id, version), reference)| self.resolve_one(&index, at, reference.as_ref(), id, version))
             .collect()
     }
 
-    fn resolve_one(&self, index: &Index, reference: &str, id: &str, version: Option<&str>) -> Result<Resolution> {
+    fn resolve_one(
+        &self,
+        index: &Index,
+        (seq, now): (u64, i64),
+        reference: &str,
+        id: &str,
+        version: Option<&str>,
+    ) -> Result<Resolution> {
         let not_found = || {
             Ok(Resolution::NotFound {
                 reference: reference.to_owned(),
             })
         };
-        let Some(visible) = index.visible(id, self.seq) else {
+        let Some(visible) = index.visible(id, seq) else {
             return not_found();
         };
         let latest = visible.version;
@@ -408,7 +441,7 @@ impl Snapshot {
         if !scope_allowed {
             return not_found();
         }
-        if latest.expired_at(self.taken_at) {
+        if latest.expired_at(now) {
             return Ok(Resolution::Expired {
                 id: id.to_owned(),
                 expired_at: latest.expires_at,
@@ -427,9 +460,7 @@ impl Snapshot {
                     .iter()
                     .filter_map(|slot| index.slot(*slot))
                     .any(|entry| {
-                        entry.generation == latest.generation
-                            && entry.seq_created <= self.seq
-                            && &*entry.version == asked
+                        entry.generation == latest.generation && entry.seq_created <= seq && &*entry.version == asked
                     });
                 if !earlier {
                     return not_found();

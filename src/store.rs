@@ -639,7 +639,7 @@ impl Store {
         }
     }
 
-    /// Every pinned snapshot, by name, with the bytes it alone keeps alive.
+    /// Every pinned snapshot, by name, with the bytes it keeps that the current state no longer needs.
     #[must_use]
     pub fn snapshots(&self) -> Vec<SnapshotInfo> {
         crate::snapshot::pinned(&self.inner.shared)
@@ -863,6 +863,8 @@ impl Store {
 
 /// How often the maintenance thread looks for work.
 const MAINTENANCE_INTERVAL: Duration = Duration::from_secs(1);
+/// While the log is idle, how far the clock must move before expiries are worth a new plan.
+const MAINTENANCE_CLOCK_STEP_SECONDS: i64 = 60;
 /// The reclaimable share of a sealed segment at which the background compactor rewrites it.
 const AUTO_COMPACT_MIN_SHARE: f64 = 0.5;
 /// Bytes of log appended after which the maintenance thread writes a new checkpoint.
@@ -885,14 +887,18 @@ fn start_maintenance(shared: Arc<Shared>, auto_compact: bool) -> Result<(Sender<
     let handle = std::thread::Builder::new()
         .name("ctxlog-maintenance".into())
         .spawn(move || {
-            let mut last_seen = None;
+            let mut last_seen: Option<(u64, i64)> = None;
             while let Err(crossbeam_channel::RecvTimeoutError::Timeout) = stopped.recv_timeout(MAINTENANCE_INTERVAL) {
-                // Nothing to gain while neither the log nor the clock moved.
-                let now = (shared.read_index().seq, shared.clock.now());
-                if last_seen == Some(now) {
+                // Nothing to gain while the log has not moved and the clock has not moved much: a
+                // plan walks the whole index.
+                let (seq, now) = (shared.read_index().seq, shared.clock.now());
+                let idle = last_seen.is_some_and(|(last_seq, last_now)| {
+                    last_seq == seq && now.saturating_sub(last_now) < MAINTENANCE_CLOCK_STEP_SECONDS
+                });
+                if idle {
                     continue;
                 }
-                last_seen = Some(now);
+                last_seen = Some((seq, now));
                 let _one_at_a_time = shared
                     .compaction
                     .lock()

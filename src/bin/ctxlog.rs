@@ -57,7 +57,7 @@ enum Command {
     /// snapshots with digests and receipts, compaction, reopening from a checkpoint and verification,
     /// with counts and timings.
     Demo {
-        /// Store directory; used as is if it exists. Default: a fresh directory under the system temp dir.
+        /// Store directory, empty or new. Default: a fresh directory under the system temp dir.
         dir: Option<PathBuf>,
     },
 }
@@ -121,10 +121,10 @@ fn demo_dir(dir: Option<PathBuf>) -> Fallible<PathBuf> {
             let entry = entry.context(&format!("reading {}", dir.display()))?;
             names.push(entry.file_name().to_string_lossy().into_owned());
         }
-        let is_store = names.iter().any(|n| n == "LOCK" || n.ends_with(".seg"));
-        if !names.is_empty() && !is_store {
+        // The demo's story (a fixed clock, fresh ids) only holds in an empty store.
+        if !names.is_empty() {
             return Err(format!(
-                "{} is not empty and holds no ctxlog store; give an empty or new directory",
+                "{} is not empty; the demo needs an empty or new directory",
                 dir.display()
             ));
         }
@@ -373,12 +373,6 @@ fn demo(dir: Option<PathBuf>) -> Fallible<()> {
         "open: {} (durability Immediate: every add returns after its fsync; auto_compact off: the demo compacts by hand)",
         ms(started.elapsed())
     );
-    if store.stats().seq > 0 {
-        eprintln!(
-            "ctxlog: note: {} already holds a store; the demo's story and checks assume a fresh one",
-            dir.display()
-        );
-    }
     let clause_pattern = r"^cl_[0-9.a-z]+$";
     store
         .register_type(TypeSpec::new("legal_clause").id_pattern(clause_pattern))
