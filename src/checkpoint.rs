@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::index::{Index, Interner, Location, PinInfo, VersionEntry, VersionState};
+use crate::index::{Index, Interner, Location, PinInfo, VersionEntry, VersionState, NEVER_EXPIRES, SEQ_OPEN};
 use crate::item::{Scope, TypeSpec};
 use crate::log::record::Cursor;
 use crate::log::writer::sync_dir;
@@ -23,8 +23,9 @@ const CHECKPOINT_MAGIC: [u8; 8] = *b"CTXLOGCP";
 const CHECKPOINT_VERSION: u32 = 1;
 /// Bytes of the checkpoint header: magic, version, reserved, seq, body length.
 const CHECKPOINT_HEADER_BYTES: usize = 8 + 4 + 4 + 8 + 8;
-/// Bytes one version takes at the least, for bounding counts before allocating.
-const VERSION_BYTES_MIN: usize = 1 + 8 * 4 + 32 + 1 + 4 * 3 + 4 + 2 + 4 + 4;
+/// Bytes one version takes at the least (a retired one with one-byte varints), for bounding counts
+/// before allocating.
+const VERSION_BYTES_MIN: usize = 1 + 2 + 32 + 1 + 4;
 
 /// The file name of a checkpoint as of `seq`; the digits sort like the numbers.
 pub(crate) fn checkpoint_file_name(seq: u64) -> String {
@@ -136,24 +137,7 @@ pub(crate) fn encode(index: &Index, segments: &[SegmentMark]) -> Vec<u8> {
         let versions: Vec<&VersionEntry> = entry.versions.iter().filter_map(|slot| index.slot(*slot)).collect();
         put_count(&mut body, versions.len());
         for version in versions {
-            body.push(match version.state {
-                VersionState::Stored => 0,
-                VersionState::Retired => 1,
-                VersionState::Forgotten => 2,
-            });
-            body.extend_from_slice(&version.seq_created.to_le_bytes());
-            body.extend_from_slice(&version.seq_ended.to_le_bytes());
-            body.extend_from_slice(&version.timestamp.to_le_bytes());
-            body.extend_from_slice(&version.expires_at.to_le_bytes());
-            body.extend_from_slice(&version.hash);
-            put_u8_str(&mut body, &version.version);
-            body.extend_from_slice(&version.location.segment.to_le_bytes());
-            body.extend_from_slice(&version.location.offset.to_le_bytes());
-            body.extend_from_slice(&version.location.len.to_le_bytes());
-            body.extend_from_slice(&version.generation.to_le_bytes());
-            body.extend_from_slice(&version.kind.to_le_bytes());
-            body.extend_from_slice(&version.scope.to_le_bytes());
-            body.extend_from_slice(&version.source.to_le_bytes());
+            encode_version(&mut body, version);
         }
     }
     let mut out = Vec::with_capacity(CHECKPOINT_HEADER_BYTES + body.len() + 4);
@@ -166,6 +150,146 @@ pub(crate) fn encode(index: &Index, segments: &[SegmentMark]) -> Vec<u8> {
     let crc = crc32fast::hash(&out);
     out.extend_from_slice(&crc.to_le_bytes());
     out
+}
+
+/// State byte of a version: what is stored, and whether it expires.
+const STATE_STORED: u8 = 0;
+const STATE_RETIRED: u8 = 1;
+const STATE_EXPIRES: u8 = 0x80;
+
+fn put_varint(out: &mut Vec<u8>, mut value: u64) {
+    while value >= 0x80 {
+        out.push((value & 0x7f) as u8 | 0x80);
+        value >>= 7;
+    }
+    out.push(value as u8);
+}
+
+fn get_varint(c: &mut Cursor<'_>, what: &str) -> Result<u64, String> {
+    let mut value = 0u64;
+    for shift in (0..64).step_by(7) {
+        let byte = c.u8(what).map_err(|e| e.0)?;
+        let low = u64::from(byte & 0x7f);
+        if shift == 63 && low > 1 {
+            return Err(format!("{what} overflows 64 bits"));
+        }
+        value |= low << shift;
+        if byte & 0x80 == 0 {
+            return Ok(value);
+        }
+    }
+    Err(format!("{what} is longer than 10 bytes"))
+}
+
+fn zigzag(value: i64) -> u64 {
+    ((value << 1) ^ (value >> 63)) as u64
+}
+
+fn unzigzag(value: u64) -> i64 {
+    ((value >> 1) as i64) ^ -((value & 1) as i64)
+}
+
+/// One version: state byte; seq_created; 0 (open) or seq_ended - seq_created + 1; hash; version;
+/// segment, offset, length; generation; and for a stored version its timestamp (zigzag), its expiry
+/// as a zigzag delta from the timestamp when the state byte says it expires, and its type, scope and
+/// source numbers. Every integer but the hash and the state byte is a LEB128 varint.
+fn encode_version(body: &mut Vec<u8>, version: &VersionEntry) {
+    let stored = version.is_stored();
+    let expires = stored && version.expires_at != NEVER_EXPIRES;
+    body.push(if stored { STATE_STORED } else { STATE_RETIRED } | if expires { STATE_EXPIRES } else { 0 });
+    put_varint(body, version.seq_created);
+    put_varint(
+        body,
+        if version.seq_ended == SEQ_OPEN {
+            0
+        } else {
+            version.seq_ended - version.seq_created + 1
+        },
+    );
+    body.extend_from_slice(&version.hash);
+    put_u8_str(body, &version.version);
+    put_varint(body, u64::from(version.location.segment));
+    put_varint(body, u64::from(version.location.offset));
+    put_varint(body, u64::from(version.location.len));
+    put_varint(body, u64::from(version.generation));
+    if stored {
+        put_varint(body, zigzag(version.timestamp));
+        if expires {
+            put_varint(body, zigzag(version.expires_at.wrapping_sub(version.timestamp)));
+        }
+        put_varint(body, u64::from(version.kind));
+        put_varint(body, u64::from(version.scope));
+        put_varint(body, u64::from(version.source));
+    }
+}
+
+fn decode_version(
+    c: &mut Cursor<'_>,
+    segment_lens: &BTreeMap<u32, u64>,
+    seq: u64,
+    (kinds, scopes, sources): (usize, usize, usize),
+) -> Result<VersionEntry, String> {
+    let narrow = |value: u64, what: &str| u32::try_from(value).map_err(|_| format!("{what} out of range"));
+    let state_byte = c.u8("state").map_err(|e| e.0)?;
+    let state = match state_byte & !STATE_EXPIRES {
+        STATE_STORED => VersionState::Stored,
+        STATE_RETIRED if state_byte & STATE_EXPIRES == 0 => VersionState::Retired,
+        _ => return Err(format!("unknown version state {state_byte:#04x}")),
+    };
+    let seq_created = get_varint(c, "seq_created")?;
+    let seq_ended = match get_varint(c, "seq_ended")? {
+        0 => SEQ_OPEN,
+        span => seq_created.checked_add(span - 1).ok_or("seq_ended overflows")?,
+    };
+    let hash: [u8; 32] = c.take(32, "hash").map_err(|e| e.0)?.try_into().map_err(|_| "hash")?;
+    let len = usize::from(c.u8("version length").map_err(|e| e.0)?);
+    let version = get_str(c, len, "version")?;
+    let location = Location {
+        segment: narrow(get_varint(c, "segment")?, "segment")?,
+        offset: narrow(get_varint(c, "offset")?, "offset")?,
+        len: narrow(get_varint(c, "length")?, "length")?,
+    };
+    let generation = narrow(get_varint(c, "generation")?, "generation")?;
+    let (mut timestamp, mut expires_at, mut kind, mut scope, mut source) = (0, NEVER_EXPIRES, 0u16, 0u32, 0u32);
+    if state == VersionState::Stored {
+        timestamp = unzigzag(get_varint(c, "timestamp")?);
+        if state_byte & STATE_EXPIRES != 0 {
+            expires_at = timestamp.wrapping_add(unzigzag(get_varint(c, "expiry")?));
+        }
+        kind = u16::try_from(get_varint(c, "type")?).map_err(|_| "type out of range")?;
+        scope = narrow(get_varint(c, "scope")?, "scope")?;
+        source = narrow(get_varint(c, "source")?, "source")?;
+        let tables_hold = usize::from(kind) < kinds
+            && usize::try_from(scope).is_ok_and(|s| s < scopes)
+            && usize::try_from(source).is_ok_and(|s| s < sources);
+        if !tables_hold {
+            return Err("a table number is out of range".into());
+        }
+    }
+    let fits = segment_lens
+        .get(&location.segment)
+        .is_some_and(|len| u64::from(location.offset) + u64::from(location.len) <= *len);
+    if !fits {
+        return Err("it points outside the recorded segments".into());
+    }
+    if seq_created > seq || (seq_ended != SEQ_OPEN && seq_ended > seq) {
+        return Err("its sequence numbers are after the checkpoint".into());
+    }
+    Ok(VersionEntry {
+        seq_created,
+        seq_ended,
+        timestamp,
+        expires_at,
+        hash,
+        version: Box::from(version),
+        location,
+        id: 0,
+        generation,
+        kind,
+        scope,
+        source,
+        state,
+    })
 }
 
 /// Checks that `count` items of at least `each` bytes fit in what is left.
@@ -293,55 +417,8 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Loaded, String> {
             index.restore_id(name, deletes);
         }
         for _ in 0..versions {
-            let state = match c.u8("state").map_err(e)? {
-                0 => VersionState::Stored,
-                1 => VersionState::Retired,
-                other => return Err(format!("unknown version state {other}")),
-            };
-            let seq_created = c.u64("seq_created").map_err(e)?;
-            let seq_ended = c.u64("seq_ended").map_err(e)?;
-            let timestamp = c.i64("timestamp").map_err(e)?;
-            let expires_at = c.i64("expires_at").map_err(e)?;
-            let hash: [u8; 32] = c.take(32, "hash").map_err(e)?.try_into().map_err(|_| "hash")?;
-            let len = usize::from(c.u8("version length").map_err(e)?);
-            let version = get_str(&mut c, len, "version")?;
-            let location = Location {
-                segment: c.u32("segment").map_err(e)?,
-                offset: c.u32("offset").map_err(e)?,
-                len: c.u32("length").map_err(e)?,
-            };
-            let generation = c.u32("generation").map_err(e)?;
-            let kind = c.u16("kind").map_err(e)?;
-            let scope = c.u32("scope").map_err(e)?;
-            let source = c.u32("source").map_err(e)?;
-            let fits = segment_lens
-                .get(&location.segment)
-                .is_some_and(|len| u64::from(location.offset) + u64::from(location.len) <= *len);
-            if !fits {
-                return Err(format!("a version of {name:?} points outside the recorded segments"));
-            }
-            let tables_hold = state != VersionState::Stored
-                || (usize::from(kind) < kinds.len()
-                    && usize::try_from(scope).is_ok_and(|s| s < scopes.len())
-                    && usize::try_from(source).is_ok_and(|s| s < sources.len()));
-            if !tables_hold || seq_created > seq || (seq_ended != crate::index::SEQ_OPEN && seq_ended > seq) {
-                return Err(format!("a version of {name:?} is inconsistent"));
-            }
-            let entry = VersionEntry {
-                seq_created,
-                seq_ended,
-                timestamp,
-                expires_at,
-                hash,
-                version: Box::from(version),
-                location,
-                id: 0,
-                generation,
-                kind,
-                scope,
-                source,
-                state,
-            };
+            let entry = decode_version(&mut c, &segment_lens, seq, (kinds.len(), scopes.len(), sources.len()))
+                .map_err(|reason| format!("a version of {name:?}: {reason}"))?;
             index.restore_version(name, deletes, entry);
         }
     }

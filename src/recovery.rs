@@ -230,7 +230,7 @@ pub(crate) fn recover(dir: &Path) -> Result<Recovered> {
     numbers.sort_unstable();
 
     if let Some((seq, path)) = checkpoint::list(dir)?.into_iter().next() {
-        let attempt = checkpoint_start(dir, &path, &numbers).and_then(|start| {
+        let attempt = checkpoint_start(dir, &path, seq, &numbers).and_then(|start| {
             let mut attempt_stats = stats.clone();
             replay(dir, &numbers, start, &mut attempt_stats)
                 .map(|recovered| (recovered, attempt_stats))
@@ -268,9 +268,12 @@ pub(crate) fn recover(dir: &Path) -> Result<Recovered> {
 }
 
 /// Loads a checkpoint and checks that the segment files are exactly those it was taken over.
-fn checkpoint_start(dir: &Path, path: &Path, numbers: &[u32]) -> Result<Start, String> {
+fn checkpoint_start(dir: &Path, path: &Path, named_seq: u64, numbers: &[u32]) -> Result<Start, String> {
     let bytes = std::fs::read(path).map_err(|e| format!("cannot read it: {e}"))?;
     let loaded = checkpoint::decode(&bytes)?;
+    if loaded.seq != named_seq {
+        return Err(format!("it holds seq {}, but its name says {named_seq}", loaded.seq));
+    }
     let (last, sealed) = loaded.segments.split_last().ok_or("it records no segment")?;
     let mut expected = loaded.segments.iter().map(|m| m.number);
     for number in numbers.iter().take(loaded.segments.len()) {

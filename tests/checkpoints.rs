@@ -1,0 +1,620 @@
+//! Checkpoints are only ever a shortcut: after a clean close, opening starts from the checkpoint
+//! (`recovery.checkpoint_seq` is Some, no frame replayed) and reaches exactly the state a full replay
+//! of the log reaches (every item, every resolve, stats, pins and what they answer, registered types);
+//! writes made after a checkpoint are replayed on top of it; a checkpoint that is damaged (flipped
+//! bytes, truncated), misnamed (another seq), stale (an older checkpoint under the newest name) or
+//! taken over segments that compaction rewrote since is refused with a reason
+//! (`recovery.checkpoint_rejected`) and the whole log is replayed to the same state; and `verify()`
+//! reports a damaged checkpoint file as a problem.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use common::*;
+use ctxlog::*;
+use serde_json::json;
+
+const SEGMENT: u64 = 16 << 10;
+
+fn open_manual(dir: &Path, clock: &Arc<ManualClock>) -> Store {
+    Options::new()
+        .clock(Arc::clone(clock) as Arc<dyn Clock>)
+        .segment_size(SEGMENT)
+        .auto_compact(false)
+        .open(dir)
+        .expect("open store")
+}
+
+fn checkpoint_files(dir: &Path) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+        .expect("list store")
+        .map(|e| e.expect("dir entry").path())
+        .filter(|p| {
+            let name = p
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            name.starts_with("checkpoint-") && name.ends_with(".idx")
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+/// The single checkpoint file of a closed store, with the seq its name gives.
+fn the_checkpoint(dir: &Path) -> (u64, PathBuf) {
+    let files = checkpoint_files(dir);
+    assert_eq!(files.len(), 1, "one checkpoint expected: {files:?}");
+    let path = files[0].clone();
+    let name = path.file_name().expect("name").to_string_lossy().into_owned();
+    assert_eq!(name.len(), "checkpoint-".len() + 20 + ".idx".len(), "{name}");
+    let seq = name["checkpoint-".len()..name.len() - 4].parse().expect("seq digits");
+    (seq, path)
+}
+
+fn checkpoint_path(dir: &Path, seq: u64) -> PathBuf {
+    dir.join(format!("checkpoint-{seq:020}.idx"))
+}
+
+fn copy_store(from: &Path, to: &Path) {
+    for entry in std::fs::read_dir(from).expect("list store") {
+        let entry = entry.expect("dir entry");
+        if entry.file_type().expect("file type").is_file() {
+            std::fs::copy(entry.path(), to.join(entry.file_name())).expect("copy file");
+        }
+    }
+}
+
+fn remove_checkpoints(dir: &Path) {
+    for path in checkpoint_files(dir) {
+        std::fs::remove_file(path).expect("remove checkpoint");
+    }
+}
+
+/// Everything observable about a store's state, serialized.
+#[derive(Debug, PartialEq)]
+struct State {
+    seq: u64,
+    items: u64,
+    versions: u64,
+    all: String,
+    typed: String,
+    resolved: String,
+    sessions: String,
+    pins: Vec<(String, u64, i64, Option<String>, u64)>,
+    pinned: Vec<(String, String, String)>,
+    known_types: String,
+    pattern_check: String,
+}
+
+fn state(store: &Store, ids: &[String]) -> State {
+    let stats = store.stats();
+    let refs: Vec<String> = ids
+        .iter()
+        .flat_map(|id| [id.clone(), format!("{id}@1"), format!("{id}@2"), format!("{id}@3")])
+        .collect();
+    let all = serde_json::to_string(&everything(store)).expect("json");
+    let typed_query = ContextQuery::new()
+        .types(["tool_result", "legal_clause"])
+        .time_range(TimeRange::new(NOW - 1_000, NOW + 1_000).expect("range"))
+        .newest_first();
+    let typed = serde_json::to_string(&store.get(&typed_query).expect("typed get")).expect("json");
+    let resolved = serde_json::to_string(&store.resolve(&refs).expect("resolve")).expect("json");
+    let session = store.session("s1").expect("session");
+    let sessions = serde_json::to_string(&(
+        session.get(&ContextQuery::new()).expect("session get"),
+        session.resolve(&refs).expect("session resolve"),
+    ))
+    .expect("json");
+    let list = store.snapshots();
+    let pins = list
+        .iter()
+        .map(|p| (p.name.clone(), p.seq, p.taken_at, p.session.clone(), p.bytes_kept))
+        .collect();
+    let pinned = list
+        .iter()
+        .map(|p| {
+            let snap = store.open_snapshot(&p.name).expect("open pin");
+            (
+                serde_json::to_string(&snap.get(&ContextQuery::new()).expect("pin get")).expect("json"),
+                serde_json::to_string(&snap.resolve(&refs).expect("pin resolve")).expect("json"),
+                snap.digest().expect("digest"),
+            )
+        })
+        .collect();
+    // Refused adds write nothing: they show the registered types and their id patterns.
+    let known_types = match store.add([ContextItem::new(
+        "probe",
+        "no_such_type",
+        json!(1),
+        "probe",
+        NOW,
+        "1",
+        Scope::GlobalReadonly,
+    )]) {
+        Err(e @ Error::UnknownType { .. }) => e.to_string(),
+        other => panic!("an unknown type was not refused: {other:?}"),
+    };
+    let pattern_check = match store.add([ContextItem::new(
+        "not-a-clause",
+        "legal_clause",
+        json!(1),
+        "probe",
+        NOW,
+        "1",
+        Scope::GlobalReadonly,
+    )]) {
+        Err(e) => e.to_string(),
+        Ok(outcome) => panic!("the legal_clause id pattern was not applied: {outcome:?}"),
+    };
+    State {
+        seq: stats.seq,
+        items: stats.items,
+        versions: stats.versions,
+        all,
+        typed,
+        resolved,
+        sessions,
+        pins,
+        pinned,
+        known_types,
+        pattern_check,
+    }
+}
+
+fn varied(n: usize, version: &str) -> ContextItem {
+    let kind = ["document_chunk", "tool_result", "message"][n % 3];
+    let scope = match n % 4 {
+        0 => Scope::GlobalReadonly,
+        1 => Scope::GlobalWritable,
+        2 => Scope::Session("s1".into()),
+        _ => Scope::Session("s2".into()),
+    };
+    let content = json!({"n": n, "v": version, "pad": "p".repeat(200 + n % 50)});
+    let item = ContextItem::new(
+        format!("w-{n:03}"),
+        kind,
+        content,
+        format!("src{}", n % 5),
+        NOW - 500 + n as i64,
+        version,
+        scope,
+    );
+    match n % 3 {
+        // Expires at NOW - 50 + 4n: some before the first session, most during the later ones.
+        0 => item.with_ttl(450 + 3 * n as u64),
+        1 => item.with_confidence(0.25),
+        _ => item,
+    }
+}
+
+/// A store written in three sessions, each closed cleanly. Returns the ids used, the checkpoint
+/// (seq, bytes) left by each close, and the state just before the last close.
+struct Built {
+    ids: Vec<String>,
+    /// Taken before the compaction of session B.
+    cp_a: (u64, Vec<u8>),
+    /// Taken after it.
+    cp_b: (u64, Vec<u8>),
+    /// The last close's.
+    cp_c: (u64, Vec<u8>),
+    /// Batches written in session C (after cp_b).
+    frames_c: u64,
+    before_close: State,
+}
+
+fn build(dir: &Path, clock: &Arc<ManualClock>) -> Built {
+    let mut ids: Vec<String> = (0..120).map(|n| format!("w-{n:03}")).collect();
+    ids.extend((0..10).map(|n| format!("cl_{n}")));
+    ids.push("never".into());
+
+    // Session A: types, items, versions, deletes, pins.
+    let store = open_manual(dir, clock);
+    store
+        .register_type(TypeSpec::new("legal_clause").id_pattern(r"^cl_[0-9]+$"))
+        .expect("register");
+    for n in 0..80 {
+        store.add([varied(n, "1")]).expect("add");
+    }
+    store
+        .add((0..10).map(|n| {
+            ContextItem::new(
+                format!("cl_{n}"),
+                "legal_clause",
+                json!({"clause": n}),
+                "contracts",
+                NOW - 100 + n,
+                "1",
+                Scope::GlobalReadonly,
+            )
+        }))
+        .expect("add clauses");
+    store.pin_snapshot("early").expect("pin early");
+    store
+        .session("s1")
+        .expect("session")
+        .snapshot()
+        .pin("s1-early")
+        .expect("pin s1");
+    for n in (0..80).step_by(4) {
+        store.add([varied(n, "2")]).expect("add v2");
+    }
+    for n in (0..80).step_by(7) {
+        store.delete(&format!("w-{n:03}")).expect("delete");
+    }
+    store.pin_snapshot("dropped").expect("pin");
+    assert!(store.unpin_snapshot("dropped").expect("unpin"));
+    drop(store);
+    let (seq, path) = the_checkpoint(dir);
+    let cp_a = (seq, std::fs::read(path).expect("read cp a"));
+
+    // Session B: expiry, compaction (retired and dropped versions), more writes.
+    clock.set(NOW + 200);
+    let store = open_manual(dir, clock);
+    for n in (1..80).step_by(4) {
+        store.add([varied(n, "2")]).expect("add v2");
+    }
+    assert!(store.unpin_snapshot("early").expect("unpin early"));
+    let report = store.compact().expect("compact");
+    assert!(report.segments_rewritten > 0, "{report:?}");
+    assert!(report.retired > 0 && report.reclaimed_deleted > 0, "{report:?}");
+    for n in 80..100 {
+        store.add([varied(n, "1")]).expect("add");
+    }
+    drop(store);
+    let (seq, path) = the_checkpoint(dir);
+    let cp_b = (seq, std::fs::read(path).expect("read cp b"));
+    assert!(cp_b.0 > cp_a.0);
+
+    // Session C: more writes, enough to seal segments past cp_b's.
+    clock.set(NOW + 400);
+    let store = open_manual(dir, clock);
+    let mut frames_c = 0;
+    for n in 100..120 {
+        store.add([varied(n, "1")]).expect("add");
+        frames_c += 1;
+    }
+    for n in (2..60).step_by(9) {
+        store.add([varied(n, "3")]).expect("add v3");
+        frames_c += 1;
+    }
+    store.delete("w-101").expect("delete");
+    frames_c += 1;
+    store.pin_snapshot("late").expect("pin late");
+    frames_c += 1;
+    store.add([varied(102, "2")]).expect("add v2");
+    frames_c += 1;
+    let before_close = state(&store, &ids);
+    drop(store);
+    let (seq, path) = the_checkpoint(dir);
+    let cp_c = (seq, std::fs::read(path).expect("read cp c"));
+    assert_eq!(cp_c.0, before_close.seq, "the close checkpoints the last seq");
+    Built {
+        ids,
+        cp_a,
+        cp_b,
+        cp_c,
+        frames_c,
+        before_close,
+    }
+}
+
+/// Opens a copy of `pristine` with its checkpoints removed: the full-replay state.
+fn full_replay_state(pristine: &Path, clock: &Arc<ManualClock>, ids: &[String]) -> (State, RecoveryStats) {
+    let copy = tempfile::tempdir().expect("tempdir");
+    copy_store(pristine, copy.path());
+    remove_checkpoints(copy.path());
+    let store = open_manual(copy.path(), clock);
+    let recovery = store.stats().recovery;
+    assert_eq!(recovery.checkpoint_seq, None, "{recovery:?}");
+    assert_eq!(recovery.checkpoint_rejected, None, "{recovery:?}");
+    (state(&store, ids), recovery)
+}
+
+fn assert_same(got: &State, want: &State, what: &str) {
+    assert_eq!(
+        (got.seq, got.items, got.versions),
+        (want.seq, want.items, want.versions),
+        "{what}: stats"
+    );
+    assert_eq!(got.pins, want.pins, "{what}: pins");
+    assert_eq!(got.known_types, want.known_types, "{what}: registered types");
+    assert_eq!(got.pattern_check, want.pattern_check, "{what}: type patterns");
+    assert!(got.all == want.all, "{what}: get of everything differs");
+    assert!(got.typed == want.typed, "{what}: typed get differs");
+    assert!(got.resolved == want.resolved, "{what}: resolves differ");
+    assert!(got.sessions == want.sessions, "{what}: session reads differ");
+    assert!(got.pinned == want.pinned, "{what}: pinned snapshots answer differently");
+}
+
+#[test]
+fn a_clean_close_reopens_from_its_checkpoint_to_the_full_replay_state() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = clock_at(NOW);
+    let built = build(dir.path(), &clock);
+    let (full, full_recovery) = full_replay_state(dir.path(), &clock, &built.ids);
+    assert!(full_recovery.frames > 100, "{full_recovery:?}");
+
+    let store = open_manual(dir.path(), &clock);
+    let recovery = store.stats().recovery;
+    println!("from checkpoint: {recovery:?}; full replay: {full_recovery:?}");
+    assert_eq!(recovery.checkpoint_seq, Some(built.cp_c.0), "{recovery:?}");
+    assert_eq!(recovery.checkpoint_rejected, None, "{recovery:?}");
+    assert_eq!(
+        recovery.frames, 0,
+        "nothing after a clean close's checkpoint: {recovery:?}"
+    );
+    let from_checkpoint = state(&store, &built.ids);
+    assert_same(&from_checkpoint, &full, "checkpoint vs full replay");
+    assert_same(&from_checkpoint, &built.before_close, "checkpoint vs before close");
+    assert_eq!(full.pins.len(), 2, "{:?}", full.pins);
+    assert!(
+        full.typed.contains("legal_clause") && full.typed.contains("tool_result"),
+        "{}",
+        full.typed
+    );
+    assert!(full.sessions.contains("\"session_id\":\"s1\"") && !full.sessions.contains("\"session_id\":\"s2\""));
+    assert!(
+        full.pinned.iter().all(|(all, _, _)| all.len() > 1_000),
+        "the pins show items"
+    );
+    assert!(full.items > 50 && full.versions > full.items, "{full:?}");
+
+    // The store opened from a checkpoint keeps working and compacts like any other.
+    clock.set(NOW + 2_000);
+    store.add([varied(7, "9")]).expect("add after reopen");
+    assert!(store.unpin_snapshot("late").expect("unpin"));
+    assert!(store.unpin_snapshot("s1-early").expect("unpin"));
+    let report = store.compact().expect("compact");
+    assert!(report.reclaimed_expired > 0, "{report:?}");
+    let verify = store.verify().expect("verify");
+    assert!(verify.is_ok(), "{:?}", verify.problems);
+}
+
+#[test]
+fn writes_after_a_checkpoint_are_replayed_on_top_of_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = clock_at(NOW);
+    let built = build(dir.path(), &clock);
+
+    // An older checkpoint under its own name (the newest removed): the log after it is replayed.
+    let older = tempfile::tempdir().expect("tempdir");
+    copy_store(dir.path(), older.path());
+    remove_checkpoints(older.path());
+    std::fs::write(checkpoint_path(older.path(), built.cp_b.0), &built.cp_b.1).expect("write cp b");
+    let store = open_manual(older.path(), &clock);
+    let recovery = store.stats().recovery;
+    assert_eq!(recovery.checkpoint_seq, Some(built.cp_b.0), "{recovery:?}");
+    assert_eq!(recovery.checkpoint_rejected, None, "{recovery:?}");
+    assert_eq!(recovery.frames, built.frames_c, "the batches after it: {recovery:?}");
+    assert_same(
+        &state(&store, &built.ids),
+        &built.before_close,
+        "older checkpoint + log",
+    );
+    drop(store);
+
+    // A copy taken while the store is open, after flush(): the old checkpoint plus newer log.
+    let store = open_manual(dir.path(), &clock);
+    assert_eq!(store.stats().recovery.checkpoint_seq, Some(built.cp_c.0));
+    let mut frames = 0u64;
+    store
+        .register_type(TypeSpec::new("audit_note"))
+        .expect("register while open");
+    frames += 1;
+    for n in 120..140 {
+        store.add([varied(n, "1")]).expect("add");
+        frames += 1;
+    }
+    store
+        .add([ContextItem::new(
+            "never",
+            "audit_note",
+            json!("x"),
+            "a",
+            NOW,
+            "1",
+            Scope::GlobalReadonly,
+        )])
+        .expect("add note");
+    frames += 1;
+    store.add([varied(0, "5"), varied(1, "5")]).expect("add v5");
+    frames += 1;
+    assert!(store.delete("w-005").expect("delete"));
+    frames += 1;
+    store.pin_snapshot("while-open").expect("pin");
+    frames += 1;
+    assert!(store.unpin_snapshot("late").expect("unpin"));
+    frames += 1;
+    store.flush().expect("flush");
+    let mut ids = built.ids.clone();
+    ids.extend((120..140).map(|n| format!("w-{n:03}")));
+    let live = state(&store, &ids);
+    let copy = tempfile::tempdir().expect("tempdir");
+    copy_store(dir.path(), copy.path());
+    drop(store);
+    assert_eq!(
+        checkpoint_files(copy.path()),
+        vec![checkpoint_path(copy.path(), built.cp_c.0)]
+    );
+
+    let (full, _) = full_replay_state(copy.path(), &clock, &ids);
+    let reopened = open_manual(copy.path(), &clock);
+    let recovery = reopened.stats().recovery;
+    println!("copy taken while open: {recovery:?}");
+    assert_eq!(recovery.checkpoint_seq, Some(built.cp_c.0), "{recovery:?}");
+    assert_eq!(recovery.checkpoint_rejected, None, "{recovery:?}");
+    assert_eq!(recovery.frames, frames, "{recovery:?}");
+    let got = state(&reopened, &ids);
+    assert_same(&got, &live, "checkpoint + newer log vs the live store");
+    assert_same(&got, &full, "checkpoint + newer log vs full replay");
+    assert!(got.known_types.contains("audit_note"), "{}", got.known_types);
+}
+
+/// Opens a damaged copy of `pristine` and checks that it fell back to the full-replay state.
+fn assert_falls_back(
+    pristine: &Path,
+    clock: &Arc<ManualClock>,
+    ids: &[String],
+    full: &State,
+    what: &str,
+    damage: &dyn Fn(&Path),
+) {
+    let copy = tempfile::tempdir().expect("tempdir");
+    copy_store(pristine, copy.path());
+    damage(copy.path());
+    let store = Options::new()
+        .clock(Arc::clone(clock) as Arc<dyn Clock>)
+        .segment_size(SEGMENT)
+        .auto_compact(false)
+        .open(copy.path())
+        .unwrap_or_else(|e| panic!("{what}: a bad checkpoint must not keep the store from opening: {e}"));
+    let recovery = store.stats().recovery;
+    println!("{what}: {:?}", recovery.checkpoint_rejected);
+    // The state first: whatever the reason, it must be the full replay's.
+    assert_same(&state(&store, ids), full, what);
+    assert!(
+        recovery.checkpoint_rejected.is_some(),
+        "{what}: the checkpoint was used ({recovery:?})"
+    );
+    assert_eq!(recovery.checkpoint_seq, None, "{what}: {recovery:?}");
+    let verify = store.verify().expect("verify");
+    assert!(
+        verify
+            .problems
+            .iter()
+            .all(|p| !p.file.to_string_lossy().ends_with(".seg")),
+        "{what}: the segments are sound: {:?}",
+        verify.problems
+    );
+}
+
+#[test]
+fn a_damaged_checkpoint_falls_back_to_a_full_replay() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = clock_at(NOW);
+    let built = build(dir.path(), &clock);
+    let (full, _) = full_replay_state(dir.path(), &clock, &built.ids);
+    let (seq, _) = the_checkpoint(dir.path());
+    let len = built.cp_c.1.len();
+    assert!(len > 1_000, "checkpoint of {len} bytes");
+
+    let mut positions = vec![0, 8, 16, 24, 32, 36, 40, 100, len / 3, len / 2, len - 5, len - 1];
+    positions.dedup();
+    for at in positions {
+        assert_falls_back(
+            dir.path(),
+            &clock,
+            &built.ids,
+            &full,
+            &format!("byte {at} of {len} flipped"),
+            &|d| {
+                let path = checkpoint_path(d, seq);
+                let mut bytes = std::fs::read(&path).expect("read");
+                bytes[at] ^= 0x41;
+                std::fs::write(&path, bytes).expect("write");
+            },
+        );
+    }
+    for keep in [len - 1, len - 4, len / 2, 40, 3, 0] {
+        assert_falls_back(
+            dir.path(),
+            &clock,
+            &built.ids,
+            &full,
+            &format!("truncated to {keep} of {len} bytes"),
+            &|d| {
+                let path = checkpoint_path(d, seq);
+                let bytes = std::fs::read(&path).expect("read");
+                std::fs::write(&path, &bytes[..keep]).expect("write");
+            },
+        );
+    }
+}
+
+#[test]
+fn a_checkpoint_from_before_a_compaction_falls_back_to_a_full_replay() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = clock_at(NOW);
+    let built = build(dir.path(), &clock);
+    let (full, _) = full_replay_state(dir.path(), &clock, &built.ids);
+    // Taken over segments that compaction rewrote since (the newest checkpoint removed).
+    assert_falls_back(
+        dir.path(),
+        &clock,
+        &built.ids,
+        &full,
+        "a checkpoint from before a compaction",
+        &|d| {
+            remove_checkpoints(d);
+            std::fs::write(checkpoint_path(d, built.cp_a.0), &built.cp_a.1).expect("write cp a");
+        },
+    );
+}
+
+#[test]
+fn an_older_checkpoint_copied_over_the_newest_falls_back_to_a_full_replay() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = clock_at(NOW);
+    let built = build(dir.path(), &clock);
+    let (full, _) = full_replay_state(dir.path(), &clock, &built.ids);
+    // The newest file's name with an older checkpoint's bytes: stale, the log changed after it.
+    assert_falls_back(
+        dir.path(),
+        &clock,
+        &built.ids,
+        &full,
+        "an older checkpoint copied over the newest",
+        &|d| std::fs::write(checkpoint_path(d, built.cp_c.0), &built.cp_b.1).expect("write cp b"),
+    );
+}
+
+#[test]
+fn a_checkpoint_renamed_to_another_seq_falls_back_to_a_full_replay() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = clock_at(NOW);
+    let built = build(dir.path(), &clock);
+    let (full, _) = full_replay_state(dir.path(), &clock, &built.ids);
+    let seq = built.cp_c.0;
+    for wrong in [seq + 1, seq - 1, seq + 1_000_000] {
+        assert_falls_back(
+            dir.path(),
+            &clock,
+            &built.ids,
+            &full,
+            &format!("checkpoint of seq {seq} renamed to seq {wrong}"),
+            &|d| std::fs::rename(checkpoint_path(d, seq), checkpoint_path(d, wrong)).expect("rename"),
+        );
+    }
+}
+
+#[test]
+fn verify_reports_a_damaged_checkpoint_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = clock_at(NOW);
+    let built = build(dir.path(), &clock);
+    let store = open_manual(dir.path(), &clock);
+    assert_eq!(store.stats().recovery.checkpoint_seq, Some(built.cp_c.0));
+    let clean = store.verify().expect("verify");
+    assert!(clean.is_ok(), "a sound store: {:?}", clean.problems);
+
+    let path = checkpoint_path(dir.path(), built.cp_c.0);
+    let mut bytes = std::fs::read(&path).expect("read");
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0x10;
+    std::fs::write(&path, bytes).expect("write");
+    let report = store.verify().expect("verify");
+    println!("verify with a damaged checkpoint: {:?}", report.problems);
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|p| p.file.to_string_lossy().ends_with(".idx")),
+        "verify must report the damaged checkpoint {}: {:?}",
+        path.display(),
+        report.problems
+    );
+    assert!(!report.is_ok());
+}
