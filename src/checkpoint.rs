@@ -407,7 +407,9 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Loaded, String> {
     }
     let segment_lens: BTreeMap<u32, u64> = segments.iter().map(|m| (m.number, m.len)).collect();
     let count = c.u32("id count").map_err(e)?;
-    for _ in 0..bounded(count, 9, &c, total, "id")? {
+    let count = bounded(count, 9, &c, total, "id")?;
+    index.reserve(count);
+    for _ in 0..count {
         let len = usize::from(c.u8("id length").map_err(e)?);
         let name = get_str(&mut c, len, "id")?;
         let deletes = c.u32("deletes").map_err(e)?;

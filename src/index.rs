@@ -9,6 +9,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::Hash;
 use std::sync::Arc;
 
+use smallvec::SmallVec;
+
 use crate::item::{Scope, TypeRegistry};
 use crate::log::record::{PutView, ScopeView};
 use crate::log::segment::Segment;
@@ -89,7 +91,8 @@ impl VersionEntry {
 pub(crate) struct IdEntry {
     pub(crate) name: Arc<str>,
     /// Slots of every stored version, oldest first.
-    pub(crate) versions: Vec<u32>,
+    /// Most ids have one or two versions: those live inline, without an allocation.
+    pub(crate) versions: SmallVec<[u32; 2]>,
     /// How many times the id was deleted; the current history is generation `deletes`.
     pub(crate) deletes: u32,
 }
@@ -235,6 +238,13 @@ impl Index {
             .filter(move |version| version.generation == generation)
     }
 
+    /// Makes room for `ids` more ids and as many versions, so that loading a checkpoint never rehashes.
+    pub(crate) fn reserve(&mut self, ids: usize) {
+        self.by_name.reserve(ids);
+        self.ids.reserve(ids);
+        self.slots.reserve(ids);
+    }
+
     /// The position of id `name`, creating its entry if it is new.
     fn id_position(&mut self, name: &str) -> u32 {
         if let Some(id) = self.by_name.get(name) {
@@ -246,7 +256,7 @@ impl Index {
         self.by_name.insert(Arc::clone(&name), id);
         self.ids.push(IdEntry {
             name,
-            versions: Vec::new(),
+            versions: SmallVec::new(),
             deletes: 0,
         });
         id
@@ -527,6 +537,7 @@ impl Index {
         let versions_vec = self
             .ids
             .iter()
+            .filter(|entry| entry.versions.spilled())
             .map(|entry| entry.versions.capacity() as u64 * 4)
             .sum::<u64>();
         std::mem::size_of::<VersionEntry>() as u64 * self.slots.capacity() as u64
