@@ -89,6 +89,12 @@ impl Views {
         }
     }
 
+    /// Whether some snapshot is at or after the version's creation, and so may see its history
+    /// (conservative: it may see the id deleted).
+    fn may_see_history_of(&self, version: &VersionEntry) -> bool {
+        self.snapshot_seqs.last().is_some_and(|seq| *seq >= version.seq_created)
+    }
+
     /// Whether some view can still see `version` whole.
     fn needed(&self, version: &VersionEntry) -> bool {
         if version.visible_at(self.current_seq) && !version.expired_at(self.now) {
@@ -153,7 +159,10 @@ fn decide(index: &Index, views: &Views, version: &VersionEntry) -> Option<Decisi
     } else {
         Reason::Expired
     };
-    Some(match (open_history, version.is_retired()) {
+    // A snapshot that sees a later version of the same history answers `id@this` as Superseded: it
+    // needs the version's identity even after the id's delete closed the history.
+    let identity_needed = open_history || views.may_see_history_of(version);
+    Some(match (identity_needed, version.is_retired()) {
         (true, true) => Decision::Keep,
         (true, false) => Decision::Retire(reason),
         (false, _) => Decision::Forget(reason),
@@ -310,7 +319,10 @@ fn rewrite(shared: &Shared, number: u32, plan: &SegmentPlan, report: &mut Compac
         let views = Views::gather(&live, &index, shared.clock.now());
         let still_reclaimable = updates.iter().all(|update| match update {
             Update::Move(..) => true,
-            Update::Retire(slot, ..) | Update::Forget(slot, _) => index.slot(*slot).is_none_or(|v| !views.needed(v)),
+            Update::Retire(slot, ..) => index.slot(*slot).is_none_or(|v| !views.needed(v)),
+            Update::Forget(slot, _) => index
+                .slot(*slot)
+                .is_none_or(|v| !views.needed(v) && !views.may_see_history_of(v)),
         });
         if !still_reclaimable {
             report.segments_skipped += 1;

@@ -7,7 +7,10 @@
 //! (id, version) pairs, same or other content, TTLs, confidences, every scope), `delete`, `get`
 //! with random filters (types, time range, scopes, min_confidence, sources, content_eq,
 //! newest_first, limit), `resolve` of `id` / `id@version` refs, snapshots (store or session
-//! views) read later with `get` and `resolve`, clock advances, and close-and-reopen.
+//! views) read later with `get` and `resolve`, clock advances, close-and-reopen, `compact()`,
+//! `pin_snapshot` (through the store or a session view's snapshot), `unpin_snapshot`, and
+//! `open_snapshot` followed by `get`, `resolve` and `digest` through the pinned view (the handle
+//! is then kept as a live snapshot until the next reopen).
 //!
 //! What it proves, for every generated sequence: add outcomes (Added / Unchanged, one seq per
 //! batch, seqs increasing) and errors (VersionConflict / PermissionDenied with the item's index)
@@ -18,6 +21,18 @@
 //! NotFound / Expired / Superseded as API.md says, with another session's ids NotFound; snapshots
 //! keep answering as of their sequence number and `taken_at`; reopening loses nothing; and
 //! `stats().items` and `verify()` agree with the model at the end.
+//!
+//! Compaction in the model: it changes nothing but this: an expired latest version that no live
+//! snapshot handle of the test and no pin sees (a view sees it if it was taken after the version
+//! was added, whatever its session or `taken_at`) is reclaimed, so that `resolve` answers NotFound
+//! instead of Expired (for `id@version` refs too) and `stats().items` no longer counts the id.
+//! Reclaimed and superseded versions still answer Unchanged / VersionConflict. `compact()` must
+//! report exactly the model's newly reclaimed expired versions, and `verify()` must be clean after
+//! it. Pins: `pin_snapshot` answers the current seq and clock (a name already pinned is `Invalid`
+//! and writes nothing), `snapshots()` always lists exactly the model's pins, `unpin_snapshot`
+//! answers whether the pin existed, `open_snapshot` of an unknown name is `SnapshotNotFound`, and a
+//! pin answers `get`, `resolve` and `digest` (computed from the model) as the model did when it was
+//! pinned, across compactions and reopens, until the end of the case.
 //!
 //! Runs 256 cases by default; set `PROPTEST_CASES` for more.
 
@@ -45,6 +60,8 @@ const VIEWS: [&str; 3] = ["s1", "s2", "s3"];
 const CONFIDENCES: [f64; 4] = [0.1, 0.5, 0.9, 1.0];
 const MIN_CONFIDENCES: [f64; 3] = [0.0, 0.5, 0.9];
 const PATHS: [&str; 2] = ["k", "n.x"];
+/// Pin names; "p3" is rarely pinned, so that opening and unpinning unknown names happen too.
+const PIN_NAMES: [&str; 3] = ["p1", "p2", "p3"];
 
 fn scope_of(i: usize) -> Scope {
     match i {
@@ -135,6 +152,20 @@ struct QuerySpec {
 }
 
 impl QuerySpec {
+    /// No filter at all.
+    fn everything() -> QuerySpec {
+        QuerySpec {
+            types: None,
+            range: None,
+            scopes: None,
+            min_confidence: None,
+            sources: None,
+            content_eq: None,
+            newest_first: false,
+            limit: None,
+        }
+    }
+
     fn query(&self) -> ContextQuery {
         let mut q = ContextQuery::new();
         if let Some(types) = &self.types {
@@ -229,6 +260,21 @@ enum Op {
     },
     Advance(i64),
     Reopen,
+    /// `store.compact()`.
+    Compact,
+    /// Pins a snapshot of now, through the store (`None`) or a session view's snapshot.
+    Pin {
+        name: &'static str,
+        view: Option<&'static str>,
+    },
+    Unpin(&'static str),
+    /// `open_snapshot(name)`, then `get`, `resolve` and `digest` through it; the handle is kept
+    /// (as a live snapshot that `GetSnap` / `ResolveSnap` read later) until the next reopen.
+    OpenPinned {
+        name: &'static str,
+        query: QuerySpec,
+        refs: Vec<Ref>,
+    },
 }
 
 fn item_spec() -> impl Strategy<Value = ItemSpec> {
@@ -303,6 +349,10 @@ fn write_view() -> impl Strategy<Value = Option<&'static str>> {
     prop_oneof![4 => Just(None), 1 => Just(Some("s1")), 1 => Just(Some("s2"))]
 }
 
+fn pin_name() -> impl Strategy<Value = &'static str> {
+    prop_oneof![3 => Just(PIN_NAMES[0]), 2 => Just(PIN_NAMES[1]), 1 => Just(PIN_NAMES[2])]
+}
+
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         6 => (write_view(), prop::collection::vec(item_spec(), 1..=5))
@@ -315,6 +365,10 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (any::<usize>(), refs()).prop_map(|(snap, refs)| Op::ResolveSnap { snap, refs }),
         2 => (0..=6i64).prop_map(Op::Advance),
         1 => Just(Op::Reopen),
+        2 => Just(Op::Compact),
+        1 => (pin_name(), read_view()).prop_map(|(name, view)| Op::Pin { name, view }),
+        1 => pin_name().prop_map(Op::Unpin),
+        2 => (pin_name(), query_spec(), refs()).prop_map(|(name, query, refs)| Op::OpenPinned { name, query, refs }),
     ]
 }
 
@@ -331,11 +385,23 @@ enum AddError {
     VersionConflict(usize),
 }
 
+/// One version in the model: the item (with its hash as the store fills it in), the step of the
+/// operation that added it (steps order versions and snapshots as sequence numbers do), and whether
+/// compaction has reclaimed its content (only ever the latest version, once expired: earlier
+/// versions are not observable through the current state, and what a snapshot sees is kept).
+#[derive(Clone, Debug)]
+struct Version {
+    item: ContextItem,
+    created: usize,
+    reclaimed: bool,
+}
+
 /// The model: per id, its current history (since its last delete), in the order added; the last
-/// entry is the latest version. Items carry their hash as the store fills it in.
+/// entry is the latest version. Reclaimed versions stay in the history: the store remembers their
+/// (id, version, hash), so they still answer Unchanged / VersionConflict.
 #[derive(Clone, Debug, Default)]
 struct Model {
-    ids: BTreeMap<String, Vec<ContextItem>>,
+    ids: BTreeMap<String, Vec<Version>>,
 }
 
 fn visible_to(scope: &Scope, session: Option<&str>) -> bool {
@@ -351,7 +417,7 @@ fn expired(item: &ContextItem, now: i64) -> Option<i64> {
 }
 
 impl Model {
-    fn add(&mut self, items: &[ContextItem], session: Option<&str>) -> Result<Vec<AddExpect>, AddError> {
+    fn add(&mut self, items: &[ContextItem], session: Option<&str>, step: usize) -> Result<Vec<AddExpect>, AddError> {
         if let Some(session) = session {
             // Validation (permissions included) comes before any conflict check.
             for (position, item) in items.iter().enumerate() {
@@ -371,14 +437,18 @@ impl Model {
             let mut item = item.clone();
             item.hash = Some(hash_of(&item.content));
             let history = ids.entry(item.id.clone()).or_default();
-            match history.iter().find(|known| known.version == item.version) {
-                Some(known) if known.hash == item.hash => {
+            match history.iter().find(|known| known.item.version == item.version) {
+                Some(known) if known.item.hash == item.hash => {
                     out.push(AddExpect::Unchanged(item.id.clone(), item.version.clone()));
                 }
                 Some(_) => return Err(AddError::VersionConflict(position)),
                 None => {
                     out.push(AddExpect::Added(item.id.clone(), item.version.clone()));
-                    history.push(item);
+                    history.push(Version {
+                        item,
+                        created: step,
+                        reclaimed: false,
+                    });
                 }
             }
         }
@@ -395,6 +465,8 @@ impl Model {
             .ids
             .values()
             .filter_map(|history| history.last())
+            .filter(|latest| !latest.reclaimed)
+            .map(|latest| &latest.item)
             .filter(|item| expired(item, now).is_none())
             .filter(|item| visible_to(&item.scope, session))
             .filter(|item| query.matches(item))
@@ -421,6 +493,11 @@ impl Model {
                 let Some(latest) = history.last() else {
                     return not_found;
                 };
+                // A reclaimed latest version answers NotFound, `id@version` refs included.
+                if latest.reclaimed {
+                    return not_found;
+                }
+                let latest = &latest.item;
                 if !visible_to(&latest.scope, session) {
                     return not_found;
                 }
@@ -433,7 +510,7 @@ impl Model {
                 match version {
                     None => Resolution::Found(latest.clone()),
                     Some(v) if v == latest.version => Resolution::Found(latest.clone()),
-                    Some(v) if history.iter().any(|item| item.version == v) => Resolution::Superseded {
+                    Some(v) if history.iter().any(|known| known.item.version == v) => Resolution::Superseded {
                         id: id.to_owned(),
                         requested_version: v.to_owned(),
                         latest: latest.clone(),
@@ -444,8 +521,48 @@ impl Model {
             .collect()
     }
 
+    /// Ids whose latest version is stored (expired or not): what `stats().items` counts.
     fn live_ids(&self) -> u64 {
-        self.ids.values().filter(|h| !h.is_empty()).count() as u64
+        self.ids
+            .values()
+            .filter(|h| h.last().is_some_and(|latest| !latest.reclaimed))
+            .count() as u64
+    }
+
+    /// What `compact()` does at `now`: every expired latest version that no view in `views`
+    /// (steps of live snapshot handles and pins) sees is reclaimed. A view sees the latest version
+    /// if it was taken after the version was added (the version is still the latest, so it was the
+    /// latest at the view's seq), whatever its session and its `taken_at`. Returns how many
+    /// versions were reclaimed.
+    fn compact(&mut self, now: i64, views: &[usize]) -> u64 {
+        let mut reclaimed = 0;
+        for history in self.ids.values_mut() {
+            let Some(latest) = history.last_mut() else { continue };
+            let seen = views.iter().any(|step| *step > latest.created);
+            if !latest.reclaimed && expired(&latest.item, now).is_some() && !seen {
+                latest.reclaimed = true;
+                reclaimed += 1;
+            }
+        }
+        reclaimed
+    }
+
+    /// What `Snapshot::digest` gives for a view of this state: SHA-256 over the canonical JSON of
+    /// every item `get` shows, ordered by (id, version), each followed by a newline.
+    fn digest(&self, session: Option<&str>, now: i64) -> String {
+        let mut items = self.get(&QuerySpec::everything(), session, now);
+        items.sort_by(|a, b| (&a.id, &a.version).cmp(&(&b.id, &b.version)));
+        let mut hasher = Sha256::new();
+        for item in &items {
+            let value = serde_json::to_value(item).expect("an item serializes");
+            hasher.update(canonical_json(&value));
+            hasher.update(b"\n");
+        }
+        let mut text = String::from("sha256:");
+        for byte in hasher.finalize() {
+            text.push_str(&format!("{byte:02x}"));
+        }
+        text
     }
 }
 
@@ -454,6 +571,82 @@ struct SnapModel {
     model: Model,
     taken_at: i64,
     session: Option<&'static str>,
+    /// The step of the view (for a reopened pin, of the pin): compaction keeps what it sees.
+    step: usize,
+}
+
+/// A pinned snapshot: the model as it was when pinned, and what `snapshots()` must list.
+#[derive(Clone, Debug)]
+struct PinModel {
+    model: Model,
+    seq: u64,
+    taken_at: i64,
+    session: Option<&'static str>,
+    step: usize,
+}
+
+/// Checks `snapshots()` against the model's pins.
+fn check_pin_list(s: &Store, pins: &BTreeMap<&'static str, PinModel>, what: &str) -> Result<(), TestCaseError> {
+    let listed: Vec<(String, u64, i64, Option<String>)> = s
+        .snapshots()
+        .into_iter()
+        .map(|info| (info.name, info.seq, info.taken_at, info.session))
+        .collect();
+    let expected: Vec<(String, u64, i64, Option<String>)> = pins
+        .iter()
+        .map(|(name, pin)| {
+            (
+                (*name).to_owned(),
+                pin.seq,
+                pin.taken_at,
+                pin.session.map(str::to_owned),
+            )
+        })
+        .collect();
+    prop_assert_eq!(listed, expected, "{}: snapshots()", what);
+    Ok(())
+}
+
+/// Opens the pin `name` and checks that it answers `query`, `refs` and `digest` as the model of
+/// the pin says; returns the handle.
+fn check_pinned(
+    s: &Store,
+    name: &str,
+    pin: &PinModel,
+    query: &QuerySpec,
+    refs: &[Ref],
+    what: &str,
+) -> Result<Snapshot, TestCaseError> {
+    let snapshot = s.open_snapshot(name).map_err(|e| fail("open_snapshot", e))?;
+    prop_assert_eq!(snapshot.seq(), pin.seq, "{}: pin {} seq", what, name);
+    prop_assert_eq!(snapshot.taken_at(), pin.taken_at, "{}: pin {} taken_at", what, name);
+    prop_assert_eq!(snapshot.session(), pin.session, "{}: pin {} session", what, name);
+    let actual = snapshot.get(&query.query()).map_err(|e| fail("pinned get", e))?;
+    prop_assert_eq!(
+        actual,
+        pin.model.get(query, pin.session, pin.taken_at),
+        "{}: pin {} get",
+        what,
+        name
+    );
+    let texts: Vec<String> = refs.iter().map(ref_text).collect();
+    let actual = snapshot.resolve(&texts).map_err(|e| fail("pinned resolve", e))?;
+    prop_assert_eq!(
+        actual,
+        pin.model.resolve(refs, pin.session, pin.taken_at),
+        "{}: pin {} resolve",
+        what,
+        name
+    );
+    let digest = snapshot.digest().map_err(|e| fail("pinned digest", e))?;
+    prop_assert_eq!(
+        digest,
+        pin.model.digest(pin.session, pin.taken_at),
+        "{}: pin {} digest",
+        what,
+        name
+    );
+    Ok(snapshot)
 }
 
 fn fail(what: &str, e: Error) -> TestCaseError {
@@ -476,6 +669,7 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
     let mut store = Some(open(dir.path(), &clock)?);
     let mut model = Model::default();
     let mut snaps: Vec<SnapModel> = Vec::new();
+    let mut pins: BTreeMap<&'static str, PinModel> = BTreeMap::new();
     let mut last_seq = 0u64;
 
     for (step, op) in ops.iter().enumerate() {
@@ -484,7 +678,7 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
         match op {
             Op::Add { view, items } => {
                 let items: Vec<ContextItem> = items.iter().map(ItemSpec::item).collect();
-                let expected = model.add(&items, *view);
+                let expected = model.add(&items, *view, step);
                 let actual = match view {
                     None => s.add(items),
                     Some(session) => s.session(session).map_err(|e| fail("session", e))?.add(items),
@@ -564,6 +758,7 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
                     model: model.clone(),
                     taken_at: now,
                     session: *view,
+                    step,
                 });
             }
             Op::GetSnap { snap, query } => {
@@ -591,7 +786,90 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
                 snaps.clear();
                 drop(store.take());
                 store = Some(open(dir.path(), &clock)?);
+                // Pins survive.
+                let s = store.as_ref().expect("store is open");
+                check_pin_list(s, &pins, &format!("step {step}: after reopen"))?;
             }
+            Op::Compact => {
+                let views: Vec<usize> = snaps
+                    .iter()
+                    .map(|snap| snap.step)
+                    .chain(pins.values().map(|pin| pin.step))
+                    .collect();
+                let expected = model.compact(now, &views);
+                let report = s.compact().map_err(|e| fail("compact", e))?;
+                prop_assert_eq!(
+                    report.reclaimed_expired,
+                    expected,
+                    "step {}: expired versions reclaimed ({:?})",
+                    step,
+                    report
+                );
+                let verified = s.verify().map_err(|e| fail("verify after compact", e))?;
+                prop_assert!(
+                    verified.is_ok(),
+                    "step {step}: verify after compact: {:?}",
+                    verified.problems
+                );
+            }
+            Op::Pin { name, view } => {
+                let seq_before = s.stats().seq;
+                let result = match view {
+                    None => s.pin_snapshot(name),
+                    Some(session) => s.session(session).map_err(|e| fail("session", e))?.snapshot().pin(name),
+                };
+                if pins.contains_key(name) {
+                    prop_assert!(
+                        matches!(result, Err(Error::Invalid { .. })),
+                        "step {step}: pinning the pinned name {name} answered {result:?}"
+                    );
+                    prop_assert_eq!(s.stats().seq, seq_before, "step {}: a refused pin wrote", step);
+                } else {
+                    let info = result.map_err(|e| fail("pin", e))?;
+                    prop_assert_eq!(
+                        (info.name.as_str(), info.seq, info.taken_at, info.session.as_deref()),
+                        (*name, seq_before, now, *view),
+                        "step {}: pin info",
+                        step
+                    );
+                    pins.insert(
+                        name,
+                        PinModel {
+                            model: model.clone(),
+                            seq: seq_before,
+                            taken_at: now,
+                            session: *view,
+                            step,
+                        },
+                    );
+                }
+                check_pin_list(s, &pins, &format!("step {step}: after pin"))?;
+            }
+            Op::Unpin(name) => {
+                let expected = pins.remove(name).is_some();
+                let actual = s.unpin_snapshot(name).map_err(|e| fail("unpin", e))?;
+                prop_assert_eq!(actual, expected, "step {}: unpin({})", step, name);
+                check_pin_list(s, &pins, &format!("step {step}: after unpin"))?;
+            }
+            Op::OpenPinned { name, query, refs } => match pins.get(name) {
+                None => {
+                    let result = s.open_snapshot(name);
+                    prop_assert!(
+                        matches!(result, Err(Error::SnapshotNotFound { .. })),
+                        "step {step}: open_snapshot of the unknown {name} answered {result:?}"
+                    );
+                }
+                Some(pin) => {
+                    let snapshot = check_pinned(s, name, pin, query, refs, &format!("step {step}"))?;
+                    snaps.push(SnapModel {
+                        snapshot,
+                        model: pin.model.clone(),
+                        taken_at: pin.taken_at,
+                        session: pin.session,
+                        step: pin.step,
+                    });
+                }
+            },
         }
     }
 
@@ -603,16 +881,7 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
     snaps.clear();
     drop(store.take());
     let s = open(dir.path(), &clock)?;
-    let everything = QuerySpec {
-        types: None,
-        range: None,
-        scopes: None,
-        min_confidence: None,
-        sources: None,
-        content_eq: None,
-        newest_first: false,
-        limit: None,
-    };
+    let everything = QuerySpec::everything();
     let now = clock.now();
     let actual = s.get(&everything.query()).map_err(|e| fail("final get", e))?;
     prop_assert_eq!(actual, model.get(&everything, None, now), "get after the final reopen");
@@ -627,6 +896,11 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
         model.resolve(&all_refs, None, now),
         "resolve after the final reopen"
     );
+    // Every pin survives, answering as when it was pinned.
+    check_pin_list(&s, &pins, "after the final reopen")?;
+    for (name, pin) in &pins {
+        check_pinned(&s, name, pin, &everything, &all_refs, "after the final reopen")?;
+    }
     Ok(())
 }
 
