@@ -89,10 +89,21 @@ impl Views {
         }
     }
 
-    /// Whether some snapshot is at or after the version's creation, and so may see its history
-    /// (conservative: it may see the id deleted).
-    fn may_see_history_of(&self, version: &VersionEntry) -> bool {
-        self.snapshot_seqs.last().is_some_and(|seq| *seq >= version.seq_created)
+    /// Whether some snapshot sees the version's history (at or after the version's creation, before
+    /// the delete that closed the history) and so may answer `id@version` as Superseded.
+    fn may_see_history_of(&self, index: &Index, version: &VersionEntry) -> bool {
+        let history_end = index
+            .ids
+            .get(usize::try_from(version.id).unwrap_or(usize::MAX))
+            .into_iter()
+            .flat_map(|entry| entry.versions.iter())
+            .filter_map(|slot| index.slot(*slot))
+            .filter(|other| other.generation == version.generation)
+            .map(|other| other.seq_ended)
+            .max()
+            .unwrap_or(SEQ_OPEN);
+        let first = self.snapshot_seqs.partition_point(|seq| *seq < version.seq_created);
+        self.snapshot_seqs.get(first).is_some_and(|seq| *seq < history_end)
     }
 
     /// Whether some view can still see `version` whole.
@@ -161,7 +172,7 @@ fn decide(index: &Index, views: &Views, version: &VersionEntry) -> Option<Decisi
     };
     // A snapshot that sees a later version of the same history answers `id@this` as Superseded: it
     // needs the version's identity even after the id's delete closed the history.
-    let identity_needed = open_history || views.may_see_history_of(version);
+    let identity_needed = open_history || views.may_see_history_of(index, version);
     Some(match (identity_needed, version.is_retired()) {
         (true, true) => Decision::Keep,
         (true, false) => Decision::Retire(reason),
@@ -322,7 +333,7 @@ fn rewrite(shared: &Shared, number: u32, plan: &SegmentPlan, report: &mut Compac
             Update::Retire(slot, ..) => index.slot(*slot).is_none_or(|v| !views.needed(v)),
             Update::Forget(slot, _) => index
                 .slot(*slot)
-                .is_none_or(|v| !views.needed(v) && !views.may_see_history_of(v)),
+                .is_none_or(|v| !views.needed(v) && !views.may_see_history_of(&index, v)),
         });
         if !still_reclaimable {
             report.segments_skipped += 1;
