@@ -302,8 +302,9 @@ fn checkpoint_start(dir: &Path, path: &Path, numbers: &[u32]) -> Result<Start, S
             return Err(format!("segment {} changed since it was taken", mark.number));
         }
     }
+    let next_seq = loaded.seq.checked_add(1).ok_or("its seq is past the last usable one")?;
     Ok(Start {
-        next_seq: loaded.seq + 1,
+        next_seq,
         covered: sealed.iter().map(|m| (m.number, *m)).collect(),
         resume: Some(*last),
         index: loaded.index,
