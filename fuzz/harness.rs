@@ -9,8 +9,11 @@ use std::sync::OnceLock;
 
 use ctxlog::{AddOutcome, ContextItem, ContextQuery, Durability, Error, Options, Resolution, Store, TimeRange};
 
+/// What a target runs on one input.
+pub type Target = fn(&[u8]);
+
 /// Every target by name, as `fuzz/fuzz_targets/<name>.rs` and `fuzz/seeds/<name>/` name it.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, Target)] = &[
     ("decode_frame", decode_frame),
     ("scan_segment", scan_segment),
     ("decode_checkpoint", decode_checkpoint),
