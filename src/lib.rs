@@ -33,6 +33,8 @@ mod checkpoint;
 mod clock;
 mod compaction;
 mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 mod index;
 mod item;
 pub mod limits;

@@ -80,7 +80,9 @@ pub(crate) fn scan_frames(
     while offset < bytes.len() {
         let rest = bytes.get(offset..).unwrap_or_default();
         let failure = match read_frame(rest) {
-            Ok((header, payload)) if header.seq == *next_seq || (allow_gaps && header.seq > *next_seq) => {
+            Ok((header, payload))
+                if header.seq < u64::MAX && (header.seq == *next_seq || (allow_gaps && header.seq > *next_seq)) =>
+            {
                 if let Err(reason) = on_frame(header.seq, offset, payload) {
                     return ScanEnd::Bad {
                         offset,
@@ -91,6 +93,10 @@ pub(crate) fn scan_frames(
                 *next_seq = header.seq + 1;
                 offset += FRAME_HEADER_BYTES + payload.len();
                 continue;
+            }
+            // No frame may take the last seq: the one after it would overflow.
+            Ok((header, _)) if header.seq == u64::MAX => {
+                format!("frame has seq {}, past the last usable one", header.seq)
             }
             Ok((header, _)) => format!("frame has seq {}, expected {}", header.seq, *next_seq),
             Err(FrameError::Short) => "frame is cut short by the end of the file".to_owned(),
@@ -299,8 +305,9 @@ fn checkpoint_start(dir: &Path, path: &Path, named_seq: u64, numbers: &[u32]) ->
             return Err(format!("segment {} changed since it was taken", mark.number));
         }
     }
+    let next_seq = loaded.seq.checked_add(1).ok_or("its seq is past the last usable one")?;
     Ok(Start {
-        next_seq: loaded.seq + 1,
+        next_seq,
         covered: sealed.iter().map(|m| (m.number, *m)).collect(),
         resume: Some(*last),
         index: loaded.index,
