@@ -576,6 +576,7 @@ mod tests {
             confidence: None,
             hash: [0; 32],
             content: b"null",
+            compressed: false,
         }
     }
 

@@ -96,10 +96,11 @@ pub(crate) fn read_item(index: &Index, version: &VersionEntry) -> Result<Context
     if put.id != index.id_name(version.id) || put.version != &*version.version || put.hash != version.hash {
         return Err(damaged("the stored record is not the version the index expects".into()));
     }
-    if content_hash(put.content) != put.hash {
+    let content = put.content().map_err(|e| damaged(e.0))?;
+    if content_hash(&content) != put.hash {
         return Err(damaged("content does not match its SHA-256".into()));
     }
-    put.to_item().map_err(|e| damaged(e.0))
+    put.to_item_from(&content).map_err(|e| damaged(e.0))
 }
 
 /// Keeps compaction from reclaiming what a live snapshot handle sees, until the last clone drops.

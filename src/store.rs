@@ -790,7 +790,8 @@ impl Store {
                     for (start, _, record) in records {
                         records_checked += 1;
                         if let RecordView::Put(put) = record {
-                            if content_hash(put.content) != put.hash {
+                            let intact = put.content().is_ok_and(|content| content_hash(&content) == put.hash);
+                            if !intact {
                                 damaged_records.push((
                                     offset + start,
                                     format!("content of {:?} does not match its hash", put.id),

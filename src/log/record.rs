@@ -41,6 +41,10 @@ pub(crate) const TAG_UNPIN: u8 = 6;
 
 const FLAG_TTL: u8 = 1;
 const FLAG_CONFIDENCE: u8 = 2;
+/// The content field holds `[u32 canonical length][LZ4 block]` instead of the canonical bytes.
+const FLAG_LZ4: u8 = 4;
+/// Content shorter than this is stored as it is: compressing it saves too little.
+const COMPRESS_BYTES_MIN: usize = 128;
 const SCOPE_SESSION: u8 = 0;
 const SCOPE_GLOBAL_READONLY: u8 = 1;
 const SCOPE_GLOBAL_WRITABLE: u8 = 2;
@@ -137,7 +141,9 @@ pub(crate) struct PutView<'a> {
     pub(crate) ttl_seconds: Option<u64>,
     pub(crate) confidence: Option<f64>,
     pub(crate) hash: [u8; 32],
+    /// The content field as stored: canonical JSON, or compressed when `compressed`.
     pub(crate) content: &'a [u8],
+    pub(crate) compressed: bool,
 }
 
 /// A scope decoded without allocating.
@@ -158,11 +164,35 @@ impl ScopeView<'_> {
     }
 }
 
-impl PutView<'_> {
+impl<'a> PutView<'a> {
+    /// The canonical JSON of the content, decompressed if it is stored compressed.
+    pub(crate) fn content(&self) -> Result<std::borrow::Cow<'a, [u8]>, DecodeError> {
+        if !self.compressed {
+            return Ok(std::borrow::Cow::Borrowed(self.content));
+        }
+        let mut c = Cursor::new(self.content);
+        let len = usize::try_from(c.u32("canonical content length")?).unwrap_or(usize::MAX);
+        // Never allocate what a length field claims before bounding it.
+        if len > crate::limits::CONTENT_BYTES_MAX {
+            return Err(bad(format!("compressed content claims {len} bytes, over the limit")));
+        }
+        let block = self.content.get(4..).unwrap_or_default();
+        let out = lz4_flex::block::decompress(block, len).map_err(|e| bad(format!("compressed content: {e}")))?;
+        if out.len() != len {
+            return Err(bad("compressed content has another length than recorded"));
+        }
+        Ok(std::borrow::Cow::Owned(out))
+    }
+
     /// The item this record stores, with its content parsed from the canonical JSON.
     pub(crate) fn to_item(&self) -> Result<ContextItem, DecodeError> {
+        self.to_item_from(&self.content()?)
+    }
+
+    /// The item this record stores, given its canonical content (from [`PutView::content`]).
+    pub(crate) fn to_item_from(&self, canonical: &[u8]) -> Result<ContextItem, DecodeError> {
         let content: serde_json::Value =
-            serde_json::from_slice(self.content).map_err(|e| bad(format!("stored content is not JSON: {e}")))?;
+            serde_json::from_slice(canonical).map_err(|e| bad(format!("stored content is not JSON: {e}")))?;
         Ok(ContextItem {
             id: self.id.to_owned(),
             kind: self.kind.to_owned(),
@@ -246,6 +276,15 @@ fn push_record(out: &mut Vec<u8>, tag: u8, body: impl FnOnce(&mut Vec<u8>)) -> u
     start
 }
 
+/// The LZ4 block of `content`, when it is long enough and compresses by at least an eighth.
+fn compress(content: &[u8]) -> Option<Vec<u8>> {
+    if content.len() < COMPRESS_BYTES_MIN {
+        return None;
+    }
+    let block = lz4_flex::block::compress(content);
+    (block.len() + 4 <= content.len() - content.len() / 8).then_some(block)
+}
+
 /// Builds the payload of one batch frame, record by record.
 pub(crate) struct BatchEncoder {
     buf: Vec<u8>,
@@ -276,6 +315,10 @@ impl BatchEncoder {
             if put.confidence.is_some() {
                 flags |= FLAG_CONFIDENCE;
             }
+            let compressed = compress(put.content);
+            if compressed.is_some() {
+                flags |= FLAG_LZ4;
+            }
             out.push(flags);
             let (scope_tag, session) = match put.scope {
                 Scope::Session(id) => (SCOPE_SESSION, id.as_str()),
@@ -292,8 +335,18 @@ impl BatchEncoder {
             put_len_prefixed_u8(out, put.version);
             put_len_prefixed_u8(out, session);
             put_len_prefixed_u16(out, put.source);
-            out.extend_from_slice(&u32::try_from(put.content.len()).unwrap_or(u32::MAX).to_le_bytes());
-            out.extend_from_slice(put.content);
+            match &compressed {
+                Some(block) => {
+                    let field_len = block.len() + 4;
+                    out.extend_from_slice(&u32::try_from(field_len).unwrap_or(u32::MAX).to_le_bytes());
+                    out.extend_from_slice(&u32::try_from(put.content.len()).unwrap_or(u32::MAX).to_le_bytes());
+                    out.extend_from_slice(block);
+                }
+                None => {
+                    out.extend_from_slice(&u32::try_from(put.content.len()).unwrap_or(u32::MAX).to_le_bytes());
+                    out.extend_from_slice(put.content);
+                }
+            }
         })
     }
 
@@ -494,7 +547,7 @@ fn decode_body(tag: u8, body: &[u8]) -> Result<RecordView<'_>, DecodeError> {
     let record = match tag {
         TAG_PUT => {
             let flags = c.u8("flags")?;
-            if flags & !(FLAG_TTL | FLAG_CONFIDENCE) != 0 {
+            if flags & !(FLAG_TTL | FLAG_CONFIDENCE | FLAG_LZ4) != 0 {
                 return Err(bad(format!("unknown put flags {flags:#04x}")));
             }
             let scope_tag = c.u8("scope")?;
@@ -534,6 +587,7 @@ fn decode_body(tag: u8, body: &[u8]) -> Result<RecordView<'_>, DecodeError> {
                 confidence: (flags & FLAG_CONFIDENCE != 0).then_some(confidence),
                 hash,
                 content,
+                compressed: flags & FLAG_LZ4 != 0,
             })
         }
         TAG_DELETE => {
@@ -712,6 +766,64 @@ mod tests {
         for cut in 0..frame.len() {
             assert_eq!(read_frame(&frame[..cut]), Err(FrameError::Short), "cut at {cut}");
         }
+    }
+
+    #[test]
+    fn long_repetitive_content_is_stored_compressed_and_reads_back() {
+        let scope = Scope::GlobalWritable;
+        let hash = [2u8; 32];
+        let content = format!("{{\"text\":\"{}\"}}", "the same words again and again ".repeat(40));
+        let mut put = sample_put(&scope, &hash);
+        put.content = content.as_bytes();
+        let mut enc = BatchEncoder::new();
+        enc.put(&put);
+        let frame = enc.finish(1).unwrap();
+        assert!(
+            frame.len() < content.len() / 2,
+            "{} bytes for {} of content",
+            frame.len(),
+            content.len()
+        );
+        let (_, payload) = read_frame(&frame).unwrap();
+        let records = decode_batch(payload).unwrap();
+        let RecordView::Put(view) = &records[0].2 else {
+            panic!("not a put")
+        };
+        assert!(view.compressed);
+        assert_eq!(&*view.content().unwrap(), content.as_bytes());
+        // Short content is stored as it is.
+        let mut enc = BatchEncoder::new();
+        enc.put(&sample_put(&scope, &hash));
+        let frame = enc.finish(2).unwrap();
+        let (_, payload) = read_frame(&frame).unwrap();
+        let RecordView::Put(view) = &decode_batch(payload).unwrap()[0].2 else {
+            panic!("not a put")
+        };
+        assert!(!view.compressed);
+    }
+
+    #[test]
+    fn compressed_content_never_claims_more_than_the_limit() {
+        let mut field = u32::MAX.to_le_bytes().to_vec();
+        field.extend_from_slice(&[0x10, 0x61]);
+        let scope = Scope::GlobalWritable;
+        let hash = [0u8; 32];
+        let put = sample_put(&scope, &hash);
+        let view = PutView {
+            id: put.id,
+            kind: put.kind,
+            version: put.version,
+            scope: ScopeView::GlobalWritable,
+            source: put.source,
+            timestamp: 0,
+            ttl_seconds: None,
+            confidence: None,
+            hash,
+            content: &field,
+            compressed: true,
+        };
+        assert!(view.content().is_err());
+        assert!(view.to_item().is_err());
     }
 
     #[test]

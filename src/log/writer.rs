@@ -399,6 +399,7 @@ impl Writer {
                             confidence: item.confidence,
                             hash: valid.hash,
                             content: &valid.canonical,
+                            compressed: false,
                         };
                         let location = Location {
                             segment,
