@@ -587,15 +587,30 @@ impl Engine for Fjall {
             Ok(())
         })?;
         let started = Instant::now();
+        // fjall 2 has no public "reclaim now": seal the memtables (the flush worker writes them out as
+        // segments; wait for it by its counter: `rotate_memtable_and_wait` never returns here, and
+        // `force_flush` races the flush worker and panics), then a major compaction of every partition
+        // drops the tombstoned keys.
+        let before = self.keyspace.flushes_completed();
+        let mut sealed = 0;
         for p in [&self.items, &self.by_type, &self.by_scope, &self.by_ts] {
-            p.rotate_memtable_and_wait()?;
+            sealed += usize::from(p.rotate_memtable()?);
+        }
+        while self.keyspace.flushes_completed() < before + sealed {
+            if started.elapsed().as_secs() > 300 {
+                return Err("fjall: the memtable flushes did not finish in 300 s".into());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        for p in [&self.items, &self.by_type, &self.by_scope, &self.by_ts] {
             p.major_compact()?;
         }
         self.keyspace.persist(fjall::PersistMode::SyncAll)?;
         Ok((
             secs,
             started.elapsed().as_secs_f64(),
-            "removes in durable batches of 1,000, then per partition rotate_memtable_and_wait + major_compact".into(),
+            "removes in durable batches of 1,000, then rotate_memtable + wait for the flushes + major_compact per partition"
+                .into(),
         ))
     }
 }
@@ -969,6 +984,7 @@ struct Args {
     out: PathBuf,
     worker: Option<String>,
     run: u64,
+    timeout: u64,
 }
 
 fn parse_args() -> Res<Args> {
@@ -982,6 +998,7 @@ fn parse_args() -> Res<Args> {
         out: target.join("compare-results.jsonl"),
         worker: None,
         run: 1,
+        timeout: 900,
     };
     let list = |s: String| {
         s.split(',')
@@ -1001,10 +1018,11 @@ fn parse_args() -> Res<Args> {
             "--out" => args.out = PathBuf::from(value()?),
             "--worker" => args.worker = Some(value()?),
             "--run" => args.run = value()?.parse()?,
+            "--timeout" => args.timeout = value()?.parse()?,
             "--bench" => {} // cargo bench passes it
             "--help" | "-h" => {
                 println!(
-                    "compare [--n N] [--engines {}] [--phases {}] [--runs R] [--dir DIR] [--out FILE.jsonl]",
+                    "compare [--n N] [--engines {}] [--phases {}] [--runs R] [--dir DIR] [--out FILE.jsonl] [--timeout SECS per worker]",
                     ALL_ENGINES.join(","),
                     ALL_PHASES.join(",")
                 );
@@ -1260,7 +1278,8 @@ fn parent(args: &Args) -> Res<()> {
             let engine = &args.engines[(i + usize::try_from(run - 1)?) % k];
             let dir = args.dir.join(format!("{engine}-{run}"));
             eprintln!("== run {run}: {engine}");
-            let output = Command::new(&exe)
+            let result_file = args.dir.join(format!("{engine}-{run}.json"));
+            let mut child = Command::new(&exe)
                 .args([
                     "--worker",
                     engine,
@@ -1273,12 +1292,26 @@ fn parent(args: &Args) -> Res<()> {
                 .arg(args.phases.join(","))
                 .arg("--dir")
                 .arg(&dir)
-                .stdout(Stdio::piped())
+                .stdout(Stdio::from(File::create(&result_file)?))
                 .stderr(Stdio::inherit())
-                .output()?;
-            let stdout = String::from_utf8_lossy(&output.stdout);
+                .spawn()?;
+            // A worker that hangs (an engine's bug) is killed and reported, not waited for forever.
+            let started = Instant::now();
+            let status = loop {
+                if let Some(status) = child.try_wait()? {
+                    break Some(status);
+                }
+                if started.elapsed().as_secs() > args.timeout {
+                    eprintln!("worker {engine} run {run}: no answer after {} s, killed", args.timeout);
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    break None;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            };
+            let stdout = std::fs::read_to_string(&result_file).unwrap_or_default();
             let line = stdout.lines().rev().find(|l| l.starts_with('{'));
-            match (output.status.success(), line) {
+            match (status.is_some_and(|s| s.success()), line) {
                 (true, Some(line)) => {
                     let mut v: Value = serde_json::from_str(line)?;
                     v["started"] = json!(stamp);
@@ -1286,7 +1319,7 @@ fn parent(args: &Args) -> Res<()> {
                     results.push(v);
                 }
                 _ => {
-                    eprintln!("worker {engine} run {run} failed: {} {stdout}", output.status);
+                    eprintln!("worker {engine} run {run} failed ({status:?}): {stdout}");
                     let _ = std::fs::remove_dir_all(&dir);
                 }
             }
