@@ -1,0 +1,106 @@
+//! Criterion micro-benchmarks of ctxlog's hot paths, through the public API, so a regression is visible:
+//! validation + hashing (an `add` of a batch to a `Durability::Never` store), `resolve`, a typed
+//! time-window query, `ContextItem::from_json` / `to_json`, and `canonical_json`.
+//!
+//! `cargo bench --bench hot_paths` (add `-- NAME` to filter).
+
+use std::hint::black_box;
+use std::sync::Arc;
+
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use ctxlog::{canonical_json, ContextItem, ContextQuery, Durability, ManualClock, Options, Store, TimeRange};
+
+mod w1;
+use w1::{item, mix, BASE_TS};
+
+const LOADED: u64 = 20_000;
+
+fn store(dir: &std::path::Path) -> Store {
+    Options::new()
+        .durability(Durability::Never)
+        .clock(Arc::new(ManualClock::new(BASE_TS)))
+        .auto_compact(false)
+        .open(dir)
+        .expect("open a store")
+}
+
+fn unhashed(n: u64) -> ContextItem {
+    let mut it = item(n);
+    it.hash = None;
+    it
+}
+
+fn loaded() -> (tempfile::TempDir, Store) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = store(dir.path());
+    for first in (0..LOADED).step_by(1000) {
+        store.add((first..first + 1000).map(unhashed)).expect("load");
+    }
+    (dir, store)
+}
+
+fn write_path(c: &mut Criterion) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = store(dir.path());
+    let mut next = 0u64;
+    let mut group = c.benchmark_group("add");
+    group.throughput(Throughput::Elements(100));
+    // Validation, canonical JSON, SHA-256, framing, the log write (no fsync) and the index insert.
+    group.bench_function("batch_of_100_never_durable", |b| {
+        b.iter_batched(
+            || {
+                let batch: Vec<ContextItem> = (next..next + 100).map(unhashed).collect();
+                next += 100;
+                batch
+            },
+            |batch| store.add(batch).expect("add"),
+            BatchSize::SmallInput,
+        );
+    });
+    group.finish();
+}
+
+fn read_path(c: &mut Criterion) {
+    let (_dir, store) = loaded();
+    let mut i = 0u64;
+    c.bench_function("resolve_one", |b| {
+        b.iter(|| {
+            i += 1;
+            let id = format!("item-{:08}", mix(i) % LOADED);
+            black_box(store.resolve([id.as_str()]).expect("resolve"))
+        });
+    });
+    let mut group = c.benchmark_group("query");
+    // ~100 document_chunk items (40% of a 250-second window).
+    group.throughput(Throughput::Elements(100));
+    let mut q = 0u64;
+    group.bench_function("type_and_window_100_items", |b| {
+        b.iter(|| {
+            q += 1;
+            let start = BASE_TS + i64::try_from(mix(q) % (LOADED - 250)).expect("fits");
+            let query = ContextQuery::new()
+                .types(["document_chunk"])
+                .time_range(TimeRange::new(start, start + 249).expect("range"));
+            black_box(store.get(&query).expect("get"))
+        });
+    });
+    group.finish();
+}
+
+fn json_paths(c: &mut Criterion) {
+    let it = item(7);
+    let text = it.to_json();
+    let mut group = c.benchmark_group("item");
+    group.throughput(Throughput::Bytes(text.len() as u64));
+    group.bench_function("from_json", |b| {
+        b.iter(|| black_box(ContextItem::from_json(black_box(&text)).expect("parse")));
+    });
+    group.bench_function("to_json", |b| b.iter(|| black_box(black_box(&it).to_json())));
+    group.bench_function("canonical_json_content", |b| {
+        b.iter(|| black_box(canonical_json(black_box(&it.content))));
+    });
+    group.finish();
+}
+
+criterion_group!(benches, write_path, read_path, json_paths);
+criterion_main!(benches);
