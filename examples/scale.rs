@@ -7,72 +7,12 @@ use std::time::Instant;
 
 use std::sync::Arc;
 
-use ctxlog::{ContextItem, ContextQuery, Durability, ManualClock, Options, Scope, Store, TimeRange};
-use serde_json::json;
+use ctxlog::{ContextQuery, Durability, ManualClock, Options, Store, TimeRange};
 
-const TYPES: [(&str, u32); 7] = [
-    ("document_chunk", 40),
-    ("message", 20),
-    ("tool_result", 15),
-    ("monitoring_metric", 10),
-    ("user_profile", 5),
-    ("user_feedback", 5),
-    ("product_document", 5),
-];
-const WORDS: [&str; 16] = [
-    "context", "model", "session", "clause", "contract", "invoice", "metric", "latency", "customer", "policy",
-    "answer", "question", "summary", "vector", "record", "window",
-];
+#[path = "../benches/w1/mod.rs"]
+mod w1;
 
-/// A small deterministic generator (SplitMix64).
-fn mix(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
-}
-
-fn item(n: u64) -> ContextItem {
-    let r = mix(n);
-    let pick = u32::try_from(r % 100).unwrap_or(0);
-    let mut acc = 0;
-    let kind = TYPES
-        .iter()
-        .find(|(_, share)| {
-            acc += share;
-            pick < acc
-        })
-        .map_or("document_chunk", |(kind, _)| kind);
-    let scope = match mix(r) % 10 {
-        0..=6 => Scope::Session(format!("s{}", n % 1000)),
-        7 | 8 => Scope::GlobalReadonly,
-        _ => Scope::GlobalWritable,
-    };
-    let mut text = String::with_capacity(440);
-    let mut w = r;
-    while text.len() < 420 {
-        w = mix(w);
-        text.push_str(WORDS[usize::try_from(w % 16).unwrap_or(0)]);
-        text.push(' ');
-    }
-    let timestamp = 1_700_000_000 + i64::try_from(n).unwrap_or(0);
-    let mut item = ContextItem::new(
-        format!("item-{n:08}"),
-        kind,
-        json!({"title": format!("doc {n}"), "lang": "en", "n": n, "text": text}),
-        format!("source-{}", r % 20),
-        timestamp,
-        "1",
-        scope,
-    );
-    if n.is_multiple_of(2) {
-        item = item.with_ttl(3600);
-    }
-    if kind == "tool_result" {
-        item = item.with_confidence(f64::from(u32::try_from(r % 101).unwrap_or(0)) / 100.0);
-    }
-    item
-}
+use w1::item;
 
 fn peak_rss_kib() -> u64 {
     std::fs::read_to_string("/proc/self/status")

@@ -31,15 +31,7 @@ fn open_manual(dir: &std::path::Path, clock: &Arc<ManualClock>, segment_size: u6
 /// pseudo-random hex, which the log's LZ4 cannot shrink, so that a record really holds a KiB.
 fn kib_content(tag: &str, n: usize) -> serde_json::Value {
     let bare = canonical_json(&json!({"tag": tag, "n": n, "text": ""})).len();
-    let mut state = (n as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ tag.len() as u64;
-    let text: String = (0..1024 - bare)
-        .map(|_| {
-            state = state
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            char::from(b"0123456789abcdef"[(state >> 60) as usize])
-        })
-        .collect();
+    let text = common::incompressible(&format!("{tag}-{n}"), 1024 - bare);
     let content = json!({"tag": tag, "n": n, "text": text});
     assert_eq!(canonical_json(&content).len(), 1024);
     content

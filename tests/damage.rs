@@ -7,6 +7,8 @@
 //! naming the file, and leave the files as they were; a newest segment torn while its header was being
 //! written is removed and the store opens with everything before it.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -35,17 +37,7 @@ fn open_store(dir: &Path) -> Result<Store> {
 fn item(id: &str, text_len: usize) -> ContextItem {
     // Pseudo-random hex from the id: the log's LZ4 cannot shrink it, so the sizes the tests rely on
     // (segments spanned, frames per segment) hold.
-    let mut state = id.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    });
-    let text: String = (0..text_len)
-        .map(|_| {
-            state = state
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            char::from(b"0123456789abcdef"[(state >> 60) as usize])
-        })
-        .collect();
+    let text = common::incompressible(id, text_len);
     ContextItem::new(
         id,
         "document_chunk",

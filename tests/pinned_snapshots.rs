@@ -27,18 +27,7 @@ fn open_manual(dir: &std::path::Path, clock: &Arc<ManualClock>) -> Store {
 
 /// Content of about `kib` KiB: pseudo-random hex from the tag, which the log's LZ4 cannot shrink.
 fn bulky(tag: &str, kib: usize) -> Value {
-    let mut state = tag.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    });
-    let body: String = (0..1024 * kib)
-        .map(|_| {
-            state = state
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            char::from(b"0123456789abcdef"[(state >> 60) as usize])
-        })
-        .collect();
-    json!({"tag": tag, "body": body})
+    json!({"tag": tag, "body": common::incompressible(tag, 1024 * kib)})
 }
 
 fn with(id: &str, kind: &str, ts: i64, version: &str, scope: Scope, content: Value) -> ContextItem {

@@ -1,5 +1,5 @@
-//! Workload W1 of issue 5, deterministic: the generator of examples/scale.rs, kept identical so the
-//! figures are comparable, plus the content hash a store would fill in. Shared by the benches.
+//! Workload W1 of issue 5, deterministic, with the content hash a store would fill in. Shared by the
+//! benches and examples/scale.rs.
 #![allow(dead_code)]
 
 use ctxlog::{canonical_json, ContextItem, Scope};

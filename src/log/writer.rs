@@ -120,6 +120,17 @@ struct RecordSpan {
     len: usize,
 }
 
+impl RecordSpan {
+    /// The span of the record operation `op` appended at `start` of `encoder`.
+    fn since(op: usize, start: usize, encoder: &BatchEncoder) -> Self {
+        RecordSpan {
+            op,
+            start,
+            len: encoder.len() - start,
+        }
+    }
+}
+
 /// A batch's frame (sequence number still to fill in) and where its records lie in it.
 type EncodedBatch = (Vec<u8>, Vec<RecordSpan>);
 
@@ -509,11 +520,7 @@ fn plan(index: &crate::index::Index, registry: &TypeRegistry, group: &Overlay, o
                     hash: &valid.hash,
                     content: &valid.canonical,
                 });
-                records.push(RecordSpan {
-                    op: position,
-                    start,
-                    len: encoder.len() - start,
-                });
+                records.push(RecordSpan::since(position, start, &encoder));
                 outcomes.push(OpOutcome::Added { seq: 0 });
             }
             Op::Delete(id) => {
@@ -523,11 +530,7 @@ fn plan(index: &crate::index::Index, registry: &TypeRegistry, group: &Overlay, o
                 pending.versions.clear();
                 if existed {
                     let start = encoder.delete(id);
-                    records.push(RecordSpan {
-                        op: position,
-                        start,
-                        len: encoder.len() - start,
-                    });
+                    records.push(RecordSpan::since(position, start, &encoder));
                 }
                 outcomes.push(OpOutcome::Deleted(existed));
             }
@@ -548,11 +551,7 @@ fn plan(index: &crate::index::Index, registry: &TypeRegistry, group: &Overlay, o
                         .types
                         .insert(spec.name().to_owned(), spec.pattern().map(str::to_owned));
                     let start = encoder.register_type(spec);
-                    records.push(RecordSpan {
-                        op: position,
-                        start,
-                        len: encoder.len() - start,
-                    });
+                    records.push(RecordSpan::since(position, start, &encoder));
                 }
                 outcomes.push(OpOutcome::Registered(is_new));
             }
@@ -562,12 +561,7 @@ fn plan(index: &crate::index::Index, registry: &TypeRegistry, group: &Overlay, o
                 taken_at,
                 session,
             } => {
-                let pinned = batch
-                    .pins
-                    .get(name)
-                    .or_else(|| group.pins.get(name))
-                    .copied()
-                    .unwrap_or_else(|| index.pins.contains_key(name));
+                let pinned = is_pinned(index, group, &batch, name);
                 if pinned {
                     return Err(Error::invalid(
                         "name",
@@ -576,28 +570,15 @@ fn plan(index: &crate::index::Index, registry: &TypeRegistry, group: &Overlay, o
                 }
                 batch.pins.insert(name.clone(), true);
                 let start = encoder.pin(name, *seq, *taken_at, session.as_deref());
-                records.push(RecordSpan {
-                    op: position,
-                    start,
-                    len: encoder.len() - start,
-                });
+                records.push(RecordSpan::since(position, start, &encoder));
                 outcomes.push(OpOutcome::Pinned);
             }
             Op::Unpin(name) => {
-                let pinned = batch
-                    .pins
-                    .get(name)
-                    .or_else(|| group.pins.get(name))
-                    .copied()
-                    .unwrap_or_else(|| index.pins.contains_key(name));
+                let pinned = is_pinned(index, group, &batch, name);
                 if pinned {
                     batch.pins.insert(name.clone(), false);
                     let start = encoder.unpin(name);
-                    records.push(RecordSpan {
-                        op: position,
-                        start,
-                        len: encoder.len() - start,
-                    });
+                    records.push(RecordSpan::since(position, start, &encoder));
                 }
                 outcomes.push(OpOutcome::Unpinned(pinned));
             }
@@ -632,6 +613,16 @@ fn existing_hash(
         .current_history(id)
         .find(|entry| &*entry.version == version)
         .map(|entry| entry.hash)
+}
+
+/// Whether `name` is pinned once the earlier batches of the group and this one are applied.
+fn is_pinned(index: &crate::index::Index, group: &Overlay, batch: &Overlay, name: &str) -> bool {
+    batch
+        .pins
+        .get(name)
+        .or_else(|| group.pins.get(name))
+        .copied()
+        .unwrap_or_else(|| index.pins.contains_key(name))
 }
 
 fn has_history(index: &crate::index::Index, group: &Overlay, batch: &Overlay, id: &str) -> bool {

@@ -80,3 +80,19 @@ pub fn found(resolution: &Resolution) -> &ContextItem {
 pub fn ids(items: &[ContextItem]) -> Vec<String> {
     items.iter().map(|item| item.id.clone()).collect()
 }
+
+/// `len` characters of pseudo-random hex determined by `seed`: text the log's LZ4 cannot shrink, for
+/// tests that rely on how many bytes a record takes on disk.
+pub fn incompressible(seed: &str, len: usize) -> String {
+    let mut state = seed.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    (0..len)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            char::from(b"0123456789abcdef"[(state >> 60) as usize])
+        })
+        .collect()
+}
