@@ -40,6 +40,8 @@ mod log;
 mod query;
 mod recovery;
 mod snapshot;
+#[doc(hidden)]
+pub mod storage;
 mod store;
 mod time;
 
