@@ -1,0 +1,359 @@
+//! Simulated power loss: random workloads (batches under `Durability::Immediate`, deletes,
+//! compactions, pins, unpins, reopens) run on a `SimDisk` whose power is cut after a random number of
+//! storage calls (between two operations, or in the middle of one: an append, a sync, a segment
+//! rotation, a compaction's rename, a checkpoint, a recovery). The disk then comes back as the seed
+//! decides (durable state plus a subset of the unsynced writes, one possibly torn, and a prefix of the
+//! unsynced directory changes), the store is reopened on it, and the test proves:
+//!
+//! - every operation acknowledged (`Ok`) before the cut is there: each item identical, each delete
+//!   and pin in effect;
+//! - the state is a prefix of what was written: exactly the acknowledged operations, plus at most the
+//!   one that was in flight at the cut, whole or not at all (no batch half visible);
+//! - the files form one valid set: opening works, `verify()` finds nothing, no `.tmp` is left, and
+//!   each pin's snapshot still shows what it showed when it was taken.
+//!
+//! The meta-tests switch the file syncs off, and then the directory syncs, and assert that this
+//! property then fails: a power-loss suite that cannot fail proves nothing.
+//!
+//! `PROPTEST_CASES` sets the number of cases (default [`DEFAULT_CASES`]).
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::Arc;
+
+use ctxlog::storage::SimDisk;
+use ctxlog::*;
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestCaseError, TestError, TestRunner};
+use serde_json::json;
+
+const DEFAULT_CASES: u32 = 600;
+/// Cases a meta-test may run before the broken disk must have been caught.
+const META_CASES: u32 = 400;
+const DIR: &str = "/sim/store";
+
+#[derive(Debug, Clone)]
+enum Op {
+    /// One batch: (id number, content size) per item; ids are made distinct within the batch.
+    Add(Vec<(u8, u16)>),
+    Delete(u8),
+    Compact,
+    Pin(u8),
+    Unpin(u8),
+    Reopen,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        8 => prop::collection::vec((0u8..12, 0u16..700), 1..4).prop_map(Op::Add),
+        2 => (0u8..12).prop_map(Op::Delete),
+        1 => Just(Op::Compact),
+        1 => (0u8..3).prop_map(Op::Pin),
+        1 => (0u8..3).prop_map(Op::Unpin),
+        1 => Just(Op::Reopen),
+    ]
+}
+
+/// A workload and where its power is cut.
+#[derive(Debug, Clone)]
+struct Case {
+    ops: Vec<Op>,
+    /// Where the cut falls among the storage calls the workload makes (0 = before the first, 1 =
+    /// after the last, which then closes the store cleanly).
+    cut: f64,
+    /// Chooses what survives of the unsynced state.
+    seed: u64,
+}
+
+fn case() -> impl Strategy<Value = Case> {
+    (prop::collection::vec(op(), 1..30), 0.0f64..=1.0, any::<u64>()).prop_map(|(ops, cut, seed)| Case {
+        ops,
+        cut,
+        seed,
+    })
+}
+
+/// Which syncs the simulated disk honours.
+#[derive(Debug, Clone, Copy)]
+struct Syncs {
+    files: bool,
+    dirs: bool,
+}
+
+const HONEST: Syncs = Syncs {
+    files: true,
+    dirs: true,
+};
+
+/// The store's content as the model sees it: id -> the item's current form, and pin -> the items its
+/// snapshot shows.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Model {
+    items: BTreeMap<String, ContextItem>,
+    pins: BTreeMap<String, BTreeMap<String, ContextItem>>,
+}
+
+fn open(disk: &SimDisk) -> Result<Store> {
+    Options::new()
+        .storage(Arc::new(disk.clone()))
+        .clock(Arc::new(ManualClock::new(common::NOW)))
+        .segment_size(4096)
+        .auto_compact(false)
+        .open(DIR)
+}
+
+/// What running the workload acknowledged.
+struct Outcome {
+    /// The state after every acknowledged operation.
+    acknowledged: Model,
+    /// The state if the operation in flight at the cut (one that returned an error) took effect.
+    in_doubt: Option<Model>,
+}
+
+/// Runs `ops` until the first error (which must come from the cut power), then drops the store.
+fn run(disk: &SimDisk, ops: &[Op]) -> std::result::Result<Outcome, String> {
+    let mut model = Model::default();
+    let cut = |what: &str, e: &Error, model: &Model, in_doubt: Option<Model>| {
+        if disk.is_powered_off() {
+            Ok(Outcome {
+                acknowledged: model.clone(),
+                in_doubt,
+            })
+        } else {
+            Err(format!("{what} failed with the power on: {e}"))
+        }
+    };
+    let mut store = match open(disk) {
+        Ok(store) => store,
+        Err(e) => return cut("opening", &e, &model, None),
+    };
+    for (position, op) in ops.iter().enumerate() {
+        let mut next = model.clone();
+        let result = match op {
+            Op::Add(items) => {
+                let mut seen = BTreeSet::new();
+                let batch: Vec<ContextItem> = items
+                    .iter()
+                    .filter(|(id, _)| seen.insert(*id))
+                    .map(|(id, size)| {
+                        let id = format!("doc-{id}");
+                        let content = json!({ "op": position, "text": "x".repeat(usize::from(*size)) });
+                        common::item(&id, common::NOW, &format!("v{position}"), content)
+                    })
+                    .collect();
+                for item in &batch {
+                    next.items.insert(item.id.clone(), common::stored_form(item));
+                }
+                store.add(batch).map(drop)
+            }
+            Op::Delete(id) => {
+                next.items.remove(&format!("doc-{id}"));
+                store.delete(&format!("doc-{id}")).map(drop)
+            }
+            Op::Compact => store.compact().map(drop),
+            Op::Pin(n) => {
+                let name = format!("pin-{n}");
+                if model.pins.contains_key(&name) {
+                    continue;
+                }
+                next.pins.insert(name.clone(), model.items.clone());
+                store.pin_snapshot(&name).map(drop)
+            }
+            Op::Unpin(n) => {
+                next.pins.remove(&format!("pin-{n}"));
+                store.unpin_snapshot(&format!("pin-{n}")).map(drop)
+            }
+            Op::Reopen => {
+                drop(store);
+                match open(disk) {
+                    Ok(reopened) => {
+                        store = reopened;
+                        Ok(())
+                    }
+                    Err(e) => return cut("reopening", &e, &model, None),
+                }
+            }
+        };
+        match result {
+            Ok(()) => model = next,
+            Err(e) => {
+                drop(store);
+                let in_doubt = (next != model).then_some(next);
+                return cut(&format!("{op:?}"), &e, &model, in_doubt);
+            }
+        }
+    }
+    drop(store);
+    Ok(Outcome {
+        acknowledged: model,
+        in_doubt: None,
+    })
+}
+
+/// The state a store shows.
+fn observe(store: &Store) -> std::result::Result<Model, String> {
+    let items = store
+        .get(&ContextQuery::new())
+        .map_err(|e| format!("get after recovery: {e}"))?
+        .into_iter()
+        .map(|item| (item.id.clone(), item))
+        .collect();
+    let mut pins = BTreeMap::new();
+    for info in store.snapshots() {
+        let seen = store
+            .open_snapshot(&info.name)
+            .and_then(|snapshot| snapshot.get(&ContextQuery::new()))
+            .map_err(|e| format!("reading pin {:?} after recovery: {e}", info.name))?;
+        pins.insert(
+            info.name,
+            seen.into_iter().map(|item| (item.id.clone(), item)).collect(),
+        );
+    }
+    Ok(Model { items, pins })
+}
+
+/// Runs one case with the disk honouring `syncs`; `Err` says how the store broke its promise.
+fn check(case: &Case, syncs: Syncs) -> std::result::Result<(), String> {
+    // A dry run counts the storage calls of the whole workload, so that the cut can fall anywhere.
+    let dry = SimDisk::new();
+    run(&dry, &case.ops)?;
+    let total = dry.calls();
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        clippy::cast_precision_loss
+    )]
+    let cut_after = (case.cut * total as f64) as u64;
+
+    let disk = SimDisk::new();
+    disk.set_sync_files(syncs.files);
+    disk.set_sync_dirs(syncs.dirs);
+    disk.cut_power_after(cut_after);
+    let outcome = run(&disk, &case.ops)?;
+    let restored = disk.crash(case.seed);
+
+    let store = open(&restored)
+        .map_err(|e| format!("reopening after the crash (cut after call {cut_after} of {total}): {e}"))?;
+    let seen = observe(&store)?;
+    let expected_any = seen == outcome.acknowledged || outcome.in_doubt.as_ref() == Some(&seen);
+    if !expected_any {
+        return Err(format!(
+            "cut after call {cut_after} of {total}: recovered state is not the acknowledged one (or that plus the \
+             operation in flight)\n recovered: {:?}\n acknowledged: {:?}\n in doubt: {:?}",
+            summary(&seen),
+            summary(&outcome.acknowledged),
+            outcome.in_doubt.as_ref().map(summary),
+        ));
+    }
+    let report = store.verify().map_err(|e| format!("verify after recovery: {e}"))?;
+    if !report.is_ok() {
+        return Err(format!("verify after recovery found problems: {:?}", report.problems));
+    }
+    let stray: Vec<String> = restored
+        .file_names(Path::new(DIR))
+        .into_iter()
+        .filter(|name| name.ends_with(".tmp"))
+        .collect();
+    if !stray.is_empty() {
+        return Err(format!("temporary files left after recovery: {stray:?}"));
+    }
+    // Closing and opening again (from the checkpoint written at close) must show the same state.
+    drop(store);
+    let again = open(&restored).map_err(|e| format!("second reopen: {e}"))?;
+    let seen_again = observe(&again)?;
+    if seen_again != seen {
+        return Err(format!(
+            "a second reopen shows another state: {:?} then {:?}",
+            summary(&seen),
+            summary(&seen_again)
+        ));
+    }
+    Ok(())
+}
+
+/// Ids with their versions, and pins with the ids they see: short enough to read in a failure.
+fn summary(model: &Model) -> (Vec<String>, Vec<String>) {
+    let items = model
+        .items
+        .values()
+        .map(|item| format!("{}@{}", item.id, item.version))
+        .collect();
+    let pins = model
+        .pins
+        .iter()
+        .map(|(name, items)| format!("{name}:{}", items.len()))
+        .collect();
+    (items, pins)
+}
+
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|cases| cases.parse().ok())
+        .unwrap_or(DEFAULT_CASES)
+}
+
+#[test]
+fn acknowledged_batches_survive_power_loss() {
+    let started = std::time::Instant::now();
+    let mut runner = TestRunner::new(Config {
+        cases: cases(),
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let result = runner.run(&case(), |case| check(&case, HONEST).map_err(TestCaseError::fail));
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+    eprintln!("power loss: {} cases in {:.1?}", cases(), started.elapsed());
+}
+
+/// Runs the property on a disk that does not honour `syncs` and returns after how many cases it
+/// failed, if it did.
+fn first_failure(syncs: Syncs) -> Option<u32> {
+    let mut runner = TestRunner::new(Config {
+        cases: META_CASES,
+        failure_persistence: None,
+        max_shrink_iters: 0,
+        ..Config::default()
+    });
+    let count = std::cell::Cell::new(0u32);
+    let result = runner.run(&case(), |case| {
+        count.set(count.get() + 1);
+        check(&case, syncs).map_err(TestCaseError::fail)
+    });
+    match result {
+        Err(TestError::Fail(reason, case)) => {
+            eprintln!("caught after {} cases: {reason}\n{case:?}", count.get());
+            Some(count.get())
+        }
+        Err(TestError::Abort(reason)) => panic!("aborted: {reason}"),
+        Ok(()) => None,
+    }
+}
+
+#[test]
+fn the_suite_fails_without_file_syncs() {
+    let caught = first_failure(Syncs {
+        files: false,
+        dirs: true,
+    });
+    assert!(
+        caught.is_some(),
+        "with sync_data / sync_all off, {META_CASES} cases found no loss"
+    );
+}
+
+#[test]
+fn the_suite_fails_without_directory_syncs() {
+    let caught = first_failure(Syncs {
+        files: true,
+        dirs: false,
+    });
+    assert!(
+        caught.is_some(),
+        "with the directory sync off, {META_CASES} cases found no loss"
+    );
+}
