@@ -206,6 +206,13 @@ pub(crate) fn compact(shared: &Shared, min_share: f64) -> Result<CompactionRepor
     };
     chosen.sort_unstable_by_key(|(number, _)| *number);
     report.bytes_before = bytes_before;
+    if !chosen.is_empty() {
+        // What the plan reclaims was superseded, deleted or unpinned by published batches. Under
+        // `Durability::Never` or `Periodic` those may not be durable yet, and a rewrite is durable once
+        // renamed: sync the log first, or a power cut could keep the rewrite and lose the batches
+        // that justified it (an id would vanish).
+        shared.flush()?;
+    }
     for (number, plan) in chosen.drain(..) {
         rewrite(shared, number, &plan, &mut report)?;
     }

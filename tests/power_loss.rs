@@ -29,7 +29,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestError, TestRunner};
 use serde_json::json;
 
-const DEFAULT_CASES: u32 = 600;
+const DEFAULT_CASES: u32 = 10_000;
 /// Cases a meta-test may run before the broken disk must have been caught.
 const META_CASES: u32 = 400;
 const DIR: &str = "/sim/store";
@@ -42,6 +42,7 @@ enum Op {
     Compact,
     Pin(u8),
     Unpin(u8),
+    Flush,
     Reopen,
 }
 
@@ -52,6 +53,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::Compact),
         1 => (0u8..3).prop_map(Op::Pin),
         1 => (0u8..3).prop_map(Op::Unpin),
+        1 => Just(Op::Flush),
         1 => Just(Op::Reopen),
     ]
 }
@@ -65,14 +67,28 @@ struct Case {
     cut: f64,
     /// Chooses what survives of the unsynced state.
     seed: u64,
+    /// If set, the power is cut again while the store recovers (and closes) on the crashed disk:
+    /// where the second cut falls, and what survives it.
+    recovery_cut: Option<(f64, u64)>,
+    /// `Immediate` (every `add` durable when it returns) or `Never` (durable at `flush`).
+    durability: Durability,
 }
 
 fn case() -> impl Strategy<Value = Case> {
-    (prop::collection::vec(op(), 1..30), 0.0f64..=1.0, any::<u64>()).prop_map(|(ops, cut, seed)| Case {
-        ops,
-        cut,
-        seed,
-    })
+    (
+        prop::collection::vec(op(), 1..30),
+        0.0f64..=1.0,
+        any::<u64>(),
+        prop::option::of((0.0f64..=1.0, any::<u64>())),
+        prop_oneof![3 => Just(Durability::Immediate), 1 => Just(Durability::Never)],
+    )
+        .prop_map(|(ops, cut, seed, recovery_cut, durability)| Case {
+            ops,
+            cut,
+            seed,
+            recovery_cut,
+            durability,
+        })
 }
 
 /// Which syncs the simulated disk honours.
@@ -95,42 +111,46 @@ struct Model {
     pins: BTreeMap<String, BTreeMap<String, ContextItem>>,
 }
 
-fn open(disk: &SimDisk) -> Result<Store> {
+fn open(disk: &SimDisk, durability: Durability) -> Result<Store> {
     Options::new()
         .storage(Arc::new(disk.clone()))
         .clock(Arc::new(ManualClock::new(common::NOW)))
+        .durability(durability)
         .segment_size(4096)
         .auto_compact(false)
         .open(DIR)
 }
 
-/// What running the workload acknowledged.
+/// What running the workload wrote and acknowledged.
 struct Outcome {
-    /// The state after every acknowledged operation.
-    acknowledged: Model,
-    /// The state if the operation in flight at the cut (one that returned an error) took effect.
-    in_doubt: Option<Model>,
+    /// The state after each operation that changed it, in order, from the empty store; the last one
+    /// may be that of an operation in flight at the cut (it returned an error).
+    states: Vec<Model>,
+    /// The first of `states` that recovery may give back: the state of the last acknowledged
+    /// operation under `Immediate`, of the last `flush` (or clean reopen) under `Never`.
+    durable: usize,
 }
 
 /// Runs `ops` until the first error (which must come from the cut power), then drops the store.
-fn run(disk: &SimDisk, ops: &[Op]) -> std::result::Result<Outcome, String> {
-    let mut model = Model::default();
-    let cut = |what: &str, e: &Error, model: &Model, in_doubt: Option<Model>| {
+fn run(disk: &SimDisk, ops: &[Op], durability: Durability) -> std::result::Result<Outcome, String> {
+    let immediate = durability == Durability::Immediate;
+    let mut states = vec![Model::default()];
+    let mut durable = 0;
+    let cut = |what: &str, e: &Error, states: Vec<Model>, durable: usize| {
         if disk.is_powered_off() {
-            Ok(Outcome {
-                acknowledged: model.clone(),
-                in_doubt,
-            })
+            Ok(Outcome { states, durable })
         } else {
             Err(format!("{what} failed with the power on: {e}"))
         }
     };
-    let mut store = match open(disk) {
+    let mut store = match open(disk, durability) {
         Ok(store) => store,
-        Err(e) => return cut("opening", &e, &model, None),
+        Err(e) => return cut("opening", &e, states, durable),
     };
     for (position, op) in ops.iter().enumerate() {
+        let model = states.last().cloned().unwrap_or_default();
         let mut next = model.clone();
+        let mut synced = false;
         let result = match op {
             Op::Add(items) => {
                 let mut seen = BTreeSet::new();
@@ -165,31 +185,41 @@ fn run(disk: &SimDisk, ops: &[Op]) -> std::result::Result<Outcome, String> {
                 next.pins.remove(&format!("pin-{n}"));
                 store.unpin_snapshot(&format!("pin-{n}")).map(drop)
             }
+            Op::Flush => {
+                synced = true;
+                store.flush()
+            }
             Op::Reopen => {
+                // Closing syncs the log; an open that works proves the power was still on for it.
                 drop(store);
-                match open(disk) {
+                match open(disk, durability) {
                     Ok(reopened) => {
                         store = reopened;
+                        synced = true;
                         Ok(())
                     }
-                    Err(e) => return cut("reopening", &e, &model, None),
+                    Err(e) => return cut("reopening", &e, states, durable),
                 }
             }
         };
+        let changed = next != model;
+        if changed {
+            states.push(next);
+        }
         match result {
-            Ok(()) => model = next,
+            Ok(()) => {
+                if immediate || synced {
+                    durable = states.len() - 1;
+                }
+            }
             Err(e) => {
                 drop(store);
-                let in_doubt = (next != model).then_some(next);
-                return cut(&format!("{op:?}"), &e, &model, in_doubt);
+                return cut(&format!("{op:?}"), &e, states, durable);
             }
         }
     }
     drop(store);
-    Ok(Outcome {
-        acknowledged: model,
-        in_doubt: None,
-    })
+    Ok(Outcome { states, durable })
 }
 
 /// The state a store shows.
@@ -218,7 +248,7 @@ fn observe(store: &Store) -> std::result::Result<Model, String> {
 fn check(case: &Case, syncs: Syncs) -> std::result::Result<(), String> {
     // A dry run counts the storage calls of the whole workload, so that the cut can fall anywhere.
     let dry = SimDisk::new();
-    run(&dry, &case.ops)?;
+    run(&dry, &case.ops, case.durability)?;
     let total = dry.calls();
     #[allow(
         clippy::cast_possible_truncation,
@@ -230,21 +260,49 @@ fn check(case: &Case, syncs: Syncs) -> std::result::Result<(), String> {
     let disk = SimDisk::new();
     disk.set_sync_files(syncs.files);
     disk.set_sync_dirs(syncs.dirs);
+    // Under `Never` many appends wait unsynced; recovery cannot yet tell a lost one followed by a
+    // surviving one from damage (see `unsynced_frames_reaching_the_disk_out_of_order_do_not_block_opening`),
+    // so those cases let unsynced writes reach the disk in order only.
+    disk.set_reorder_unsynced(case.durability == Durability::Immediate);
     disk.cut_power_after(cut_after);
-    let outcome = run(&disk, &case.ops)?;
-    let restored = disk.crash(case.seed);
+    let outcome = run(&disk, &case.ops, case.durability)?;
+    let mut restored = disk.crash(case.seed);
+    if let Some((cut, seed)) = case.recovery_cut {
+        // Recovery writes too (a truncated tail, a re-created segment, stray files removed, the
+        // checkpoint at close): cut the power somewhere in it.
+        let dry = restored.copy();
+        drop(open(&dry, case.durability));
+        let total = dry.calls() - restored.calls();
+        #[allow(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            clippy::cast_precision_loss
+        )]
+        restored.cut_power_after((cut * total as f64) as u64);
+        match open(&restored, case.durability) {
+            Ok(store) => drop(store),
+            Err(e) if restored.is_powered_off() => drop(e),
+            Err(e) => return Err(format!("recovery failed with the power on: {e}")),
+        }
+        restored = restored.crash(seed);
+    }
 
-    let store = open(&restored)
+    let store = open(&restored, case.durability)
         .map_err(|e| format!("reopening after the crash (cut after call {cut_after} of {total}): {e}"))?;
     let seen = observe(&store)?;
-    let expected_any = seen == outcome.acknowledged || outcome.in_doubt.as_ref() == Some(&seen);
-    if !expected_any {
+    let allowed = outcome.states.get(outcome.durable..).unwrap_or_default();
+    if !allowed.contains(&seen) {
+        let written = outcome.states.iter().position(|state| *state == seen);
         return Err(format!(
-            "cut after call {cut_after} of {total}: recovered state is not the acknowledged one (or that plus the \
-             operation in flight)\n recovered: {:?}\n acknowledged: {:?}\n in doubt: {:?}",
+            "cut after call {cut_after} of {total}: recovered state is not one that the acknowledged operations \
+             allow (state {written:?} of {} written, durable from {})\n recovered: {:?}\n durable: {:?}",
+            outcome.states.len(),
+            outcome.durable,
             summary(&seen),
-            summary(&outcome.acknowledged),
-            outcome.in_doubt.as_ref().map(summary),
+            outcome.states.get(outcome.durable).map(summary),
+        ) + &format!(
+            "\n written: {:?}",
+            outcome.states.iter().map(summary).collect::<Vec<_>>()
         ));
     }
     let report = store.verify().map_err(|e| format!("verify after recovery: {e}"))?;
@@ -261,7 +319,7 @@ fn check(case: &Case, syncs: Syncs) -> std::result::Result<(), String> {
     }
     // Closing and opening again (from the checkpoint written at close) must show the same state.
     drop(store);
-    let again = open(&restored).map_err(|e| format!("second reopen: {e}"))?;
+    let again = open(&restored, case.durability).map_err(|e| format!("second reopen: {e}"))?;
     let seen_again = observe(&again)?;
     if seen_again != seen {
         return Err(format!(
@@ -356,4 +414,94 @@ fn the_suite_fails_without_directory_syncs() {
         caught.is_some(),
         "with the directory sync off, {META_CASES} cases found no loss"
     );
+}
+
+/// Found by this suite. FORMAT.md assumes that writes not yet synced "may be lost, reordered or torn";
+/// under `Durability::Never` (or `Periodic`) several appends wait unsynced, and if a later one reaches
+/// the disk while an earlier one does not, the newest segment holds a hole followed by a valid frame.
+/// Recovery calls that damage to acknowledged data (`Error::Corrupt`) and the store no longer opens,
+/// although nothing after the last `flush` was promised.
+#[test]
+#[ignore = "known bug: a lost unsynced frame followed by a surviving one is refused as corruption"]
+fn unsynced_frames_reaching_the_disk_out_of_order_do_not_block_opening() {
+    let disk = SimDisk::new();
+    let store = open(&disk, Durability::Never).expect("open");
+    let segment = Path::new(DIR).join("00000001.seg");
+    let first = common::item("doc-a", common::NOW, "1", json!({"n": 1}));
+    store.add([first.clone()]).expect("add");
+    store.flush().expect("flush");
+    let synced = disk.file_bytes(&segment).expect("segment").len();
+    store
+        .add([common::item("doc-b", common::NOW, "1", json!({"n": 2}))])
+        .expect("add");
+    let lost = disk.file_bytes(&segment).expect("segment").len();
+    store
+        .add([common::item("doc-c", common::NOW, "1", json!({"n": 3}))])
+        .expect("add");
+    // The power fails: the second batch's append never reached the disk, the third one did.
+    let mut bytes = disk.file_bytes(&segment).expect("segment");
+    bytes.get_mut(synced..lost).expect("second frame").fill(0);
+    let crashed = disk.copy();
+    crashed.set_file_bytes(&segment, bytes);
+    drop(store);
+
+    let store = open(&crashed, Durability::Never).expect("the store opens after losing unsynced frames");
+    let items = store.get(&ContextQuery::new()).expect("get");
+    assert!(
+        items.contains(&common::stored_form(&first)),
+        "the flushed batch is there"
+    );
+    assert!(store.verify().expect("verify").is_ok());
+}
+
+/// Found by this suite. Under `Durability::Never`, compaction retired a version because a later,
+/// published but not yet synced, batch superseded it, and made that rewrite durable (rename and
+/// directory sync) before the log was synced: a power cut in between kept the rewrite and lost the
+/// newer version, and the id vanished from the store. Here the power is cut after every call of a
+/// compaction in turn, everything unsynced is lost, and the id must still be there in one of its
+/// versions.
+#[test]
+fn compaction_never_outlives_the_log_that_superseded_what_it_reclaims() {
+    let run = |cut: u64| -> (SimDisk, bool) {
+        let disk = SimDisk::new();
+        let store = open(&disk, Durability::Never).expect("open");
+        let text = "x".repeat(900);
+        store
+            .add([common::item("doc-x", common::NOW, "1", json!({ "text": text }))])
+            .expect("add");
+        for n in 0..4 {
+            store
+                .add([common::item(
+                    &format!("fill-{n}"),
+                    common::NOW,
+                    "1",
+                    json!({ "text": text }),
+                )])
+                .expect("add");
+        }
+        store.flush().expect("flush");
+        // doc-x@1 now lies in a sealed segment; its successor waits unsynced in the active one.
+        store
+            .add([common::item("doc-x", common::NOW, "2", json!({ "text": "new" }))])
+            .expect("add");
+        disk.cut_power_after(cut);
+        let compacted = store.compact().is_ok();
+        drop(store);
+        (disk, compacted)
+    };
+    let mut cut = 0;
+    loop {
+        let (disk, finished) = run(cut);
+        let store = open(&disk.crash_losing_unsynced(), Durability::Never).expect("reopen");
+        let found = store.resolve(["doc-x"]).expect("resolve");
+        assert!(
+            matches!(found.first(), Some(Resolution::Found(item)) if item.version == "1" || item.version == "2"),
+            "power cut after call {cut} of the compaction: doc-x is {found:?}"
+        );
+        if finished {
+            break;
+        }
+        cut += 1;
+    }
+    assert!(cut > 5, "the compaction made only {cut} storage calls");
 }

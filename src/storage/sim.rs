@@ -6,8 +6,9 @@
 //! remove, or a rename as one atomic change). [`SimDisk::crash`] cuts the power: every directory keeps
 //! its durable entries plus a prefix of its journal (chosen by the seed), and every file keeps its
 //! durable bytes plus a subset of its unsynced writes, in order (none, all, a prefix, or a random
-//! subset), one of them possibly torn (only a prefix of it written). Data of a file whose entry does
-//! not survive is gone with it.
+//! subset), one of them possibly torn (only a prefix of it written); with
+//! [`SimDisk::set_reorder_unsynced`] off, only a prefix of them, the last one possibly torn. Data of a
+//! file whose entry does not survive is gone with it.
 //!
 //! [`SimDisk::cut_power_after`] freezes the disk after a given number of further calls: every later
 //! call fails with EIO, as a disk without power would, and [`SimDisk::crash`] then starts from the
@@ -77,9 +78,9 @@ impl Inode {
     }
 
     /// What survives a power loss.
-    fn crashed(&self, rng: &mut Rng) -> Vec<u8> {
+    fn crashed(&self, rng: &mut Rng, in_order: bool) -> Vec<u8> {
         let count = self.pending.len();
-        let kept: Vec<bool> = match rng.below(4) {
+        let kept: Vec<bool> = match rng.below(if in_order { 3 } else { 4 }) {
             0 => vec![false; count],
             1 => vec![true; count],
             2 => {
@@ -88,7 +89,13 @@ impl Inode {
             }
             _ => (0..count).map(|_| rng.below(2) == 0).collect(),
         };
-        let torn = if count > 0 && rng.below(2) == 0 {
+        let torn = if in_order {
+            // Only the last write that reached the disk may be torn.
+            kept.iter()
+                .rposition(|keep| *keep)
+                .filter(|_| rng.below(2) == 0)
+                .map(|i| i as u64)
+        } else if count > 0 && rng.below(2) == 0 {
             Some(rng.below(count as u64))
         } else {
             None
@@ -143,7 +150,7 @@ struct FaultPlan {
     fault: Fault,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct State {
     inodes: HashMap<u64, Inode>,
     next_inode: u64,
@@ -156,6 +163,8 @@ struct State {
     faults: Vec<FaultPlan>,
     skip_file_syncs: bool,
     skip_dir_syncs: bool,
+    /// Whether a crash keeps only a prefix of each file's unsynced writes.
+    in_order: bool,
 }
 
 /// Splits a path into its directory and file name.
@@ -325,24 +334,46 @@ impl SimDisk {
         self.state().skip_dir_syncs = !on;
     }
 
+    /// Whether a crash may keep any subset of a file's unsynced writes (default true), or only a
+    /// prefix of them, as if they reached the disk in the order they were made.
+    pub fn set_reorder_unsynced(&self, on: bool) {
+        self.state().in_order = !on;
+    }
+
     /// Cuts the power now (if it was not cut already) and returns the disk as it comes back: what was
     /// durable at the cut plus what the seed keeps of the rest. This disk stays powered off.
     #[must_use]
     pub fn crash(&self, seed: u64) -> SimDisk {
+        self.crash_keeping(Some(seed))
+    }
+
+    /// Cuts the power now (if it was not cut already) and returns the disk with only what was durable:
+    /// every unsynced write and directory change lost.
+    #[must_use]
+    pub fn crash_losing_unsynced(&self) -> SimDisk {
+        self.crash_keeping(None)
+    }
+
+    fn crash_keeping(&self, seed: Option<u64>) -> SimDisk {
         let mut state = self.state();
         if state.power_off_at.is_none_or(|at| at > state.calls) {
             state.power_off_at = Some(state.calls);
         }
-        let mut rng = Rng(seed);
+        let mut rng = Rng(seed.unwrap_or(0));
         let mut after = State {
             next_inode: state.next_inode,
             skip_file_syncs: state.skip_file_syncs,
             skip_dir_syncs: state.skip_dir_syncs,
+            in_order: state.in_order,
             ..State::default()
         };
         for (path, dir) in &state.dirs {
             let mut entries = dir.durable.clone();
-            let kept = rng.below(dir.journal.len() as u64 + 1);
+            let kept = if seed.is_some() {
+                rng.below(dir.journal.len() as u64 + 1)
+            } else {
+                0
+            };
             for change in dir.journal.iter().take(usize::try_from(kept).unwrap_or(usize::MAX)) {
                 for (name, inode) in change {
                     match inode {
@@ -355,7 +386,17 @@ impl SimDisk {
                 if after.inodes.contains_key(inode) {
                     continue;
                 }
-                let bytes = state.inodes.get(inode).map(|i| i.crashed(&mut rng)).unwrap_or_default();
+                let bytes = state
+                    .inodes
+                    .get(inode)
+                    .map(|i| {
+                        if seed.is_some() {
+                            i.crashed(&mut rng, state.in_order)
+                        } else {
+                            i.durable.clone()
+                        }
+                    })
+                    .unwrap_or_default();
                 after.inodes.insert(
                     *inode,
                     Inode {
@@ -376,6 +417,18 @@ impl SimDisk {
         }
         SimDisk {
             state: Arc::new(Mutex::new(after)),
+        }
+    }
+
+    /// An independent copy of the disk as it is now, unsynced state and switches included (open
+    /// locks and fault plans left out).
+    #[must_use]
+    pub fn copy(&self) -> SimDisk {
+        let mut state = self.state().clone();
+        state.locks.clear();
+        state.faults.clear();
+        SimDisk {
+            state: Arc::new(Mutex::new(state)),
         }
     }
 
