@@ -696,3 +696,98 @@ impl Storage for SimDisk {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DIR: &str = "/d";
+
+    fn disk_with_dir() -> SimDisk {
+        let disk = SimDisk::new();
+        disk.create_dir_all(Path::new(DIR)).unwrap();
+        disk
+    }
+
+    fn path(name: &str) -> PathBuf {
+        Path::new(DIR).join(name)
+    }
+
+    #[test]
+    fn synced_data_and_entries_survive_every_crash() {
+        let disk = disk_with_dir();
+        let mut file = disk.create_new(&path("a")).unwrap();
+        file.append(b"hello").unwrap();
+        file.sync_data().unwrap();
+        disk.sync_dir(Path::new(DIR)).unwrap();
+        file.append(b" world").unwrap();
+        for seed in 0..200 {
+            let after = disk.crash(seed);
+            let bytes = after.read(&path("a")).unwrap();
+            assert!(bytes.starts_with(b"hello"), "seed {seed}: {bytes:?}");
+            assert!(b"hello world".starts_with(&bytes), "seed {seed}: {bytes:?}");
+        }
+        assert_eq!(disk.crash_losing_unsynced().read(&path("a")).unwrap(), b"hello");
+    }
+
+    #[test]
+    fn unsynced_entries_roll_back() {
+        let disk = disk_with_dir();
+        let mut file = disk.create(&path("old")).unwrap();
+        file.append(b"old").unwrap();
+        file.sync_all().unwrap();
+        disk.sync_dir(Path::new(DIR)).unwrap();
+        let mut tmp = disk.create(&path("new.tmp")).unwrap();
+        tmp.append(b"new").unwrap();
+        tmp.sync_all().unwrap();
+        disk.rename(&path("new.tmp"), &path("old")).unwrap();
+        let lost = disk.crash_losing_unsynced();
+        assert_eq!(lost.file_names(Path::new(DIR)), vec!["old".to_string()]);
+        assert_eq!(lost.read(&path("old")).unwrap(), b"old");
+        // A crash keeps a prefix of the directory's changes: the rename is whole or absent.
+        let mut seen = HashSet::new();
+        for seed in 0..100 {
+            let after = disk.crash(seed);
+            let names = after.file_names(Path::new(DIR));
+            let old = after.read(&path("old")).unwrap();
+            seen.insert((names.clone(), old.clone()));
+            assert!(
+                (names == ["new.tmp", "old"] && old == b"old")
+                    || (names == ["old"] && (old == b"old" || old == b"new")),
+                "seed {seed}: {names:?} {old:?}"
+            );
+        }
+        assert_eq!(seen.len(), 3, "every prefix of the changes happens for some seed");
+        assert!(disk.remove(&path("old")).is_err(), "a crashed disk stays powered off");
+    }
+
+    #[test]
+    fn power_cut_and_faults_fail_calls() {
+        let disk = disk_with_dir();
+        let mut file = disk.create_new(&path("a")).unwrap();
+        let next = disk.calls();
+        disk.fail(next, next, Fault::NoSpace);
+        assert_eq!(file.append(b"abcd").unwrap_err().raw_os_error(), Some(ENOSPC));
+        disk.fail(next + 1, next + 1, Fault::ShortWrite);
+        assert_eq!(file.append(b"abcd").unwrap_err().kind(), io::ErrorKind::WriteZero);
+        assert_eq!(disk.read(&path("a")).unwrap(), b"ab");
+        disk.cut_power_after(1);
+        assert!(!disk.is_powered_off());
+        file.sync_data().unwrap();
+        assert!(disk.is_powered_off());
+        assert_eq!(file.append(b"x").unwrap_err().raw_os_error(), Some(EIO));
+        assert!(disk.sync_dir(Path::new(DIR)).is_err());
+    }
+
+    #[test]
+    fn switched_off_syncs_keep_nothing() {
+        let disk = disk_with_dir();
+        disk.set_sync_files(false);
+        disk.set_sync_dirs(false);
+        let mut file = disk.create_new(&path("a")).unwrap();
+        file.append(b"data").unwrap();
+        file.sync_all().unwrap();
+        disk.sync_dir(Path::new(DIR)).unwrap();
+        assert!(disk.crash_losing_unsynced().file_names(Path::new(DIR)).is_empty());
+    }
+}
