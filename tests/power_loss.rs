@@ -328,6 +328,13 @@ fn check(case: &Case, syncs: Syncs) -> std::result::Result<(), String> {
             summary(&seen_again)
         ));
     }
+    // A clean close leaves one set of files: the segments and a single checkpoint.
+    drop(again);
+    let names = restored.file_names(Path::new(DIR));
+    let checkpoints = names.iter().filter(|name| name.starts_with("checkpoint-")).count();
+    if checkpoints != 1 || names.iter().any(|name| name.ends_with(".tmp")) {
+        return Err(format!("after a clean close the files are {names:?}"));
+    }
     Ok(())
 }
 
@@ -361,7 +368,14 @@ fn acknowledged_batches_survive_power_loss() {
         failure_persistence: None,
         ..Config::default()
     });
-    let result = runner.run(&case(), |case| check(&case, HONEST).map_err(TestCaseError::fail));
+    let done = std::cell::Cell::new(0u32);
+    let result = runner.run(&case(), |case| {
+        done.set(done.get() + 1);
+        if done.get().is_multiple_of(100_000) {
+            eprintln!("power loss: {} cases in {:.1?}", done.get(), started.elapsed());
+        }
+        check(&case, HONEST).map_err(TestCaseError::fail)
+    });
     if let Err(e) = result {
         panic!("{e}");
     }
