@@ -129,6 +129,8 @@ struct Outcome {
     /// The first of `states` that recovery may give back: the state of the last acknowledged
     /// operation under `Immediate`, of the last `flush` (or clean reopen) under `Never`.
     durable: usize,
+    /// What the store was doing when the power went off.
+    cut_in: &'static str,
 }
 
 /// Runs `ops` until the first error (which must come from the cut power), then drops the store.
@@ -136,17 +138,28 @@ fn run(disk: &SimDisk, ops: &[Op], durability: Durability) -> std::result::Resul
     let immediate = durability == Durability::Immediate;
     let mut states = vec![Model::default()];
     let mut durable = 0;
-    let cut = |what: &str, e: &Error, states: Vec<Model>, durable: usize| {
+    let mut cut_in = "";
+    let mut note = |what: &'static str| {
+        if cut_in.is_empty() && disk.is_powered_off() {
+            cut_in = what;
+        }
+    };
+    let cut = |what: &str, e: &Error, states: Vec<Model>, durable: usize, cut_in: &'static str| {
         if disk.is_powered_off() {
-            Ok(Outcome { states, durable })
+            Ok(Outcome {
+                states,
+                durable,
+                cut_in,
+            })
         } else {
             Err(format!("{what} failed with the power on: {e}"))
         }
     };
     let mut store = match open(disk, durability) {
         Ok(store) => store,
-        Err(e) => return cut("opening", &e, states, durable),
+        Err(e) => return cut("opening", &e, states, durable, "open"),
     };
+    note("open");
     for (position, op) in ops.iter().enumerate() {
         let model = states.last().cloned().unwrap_or_default();
         let mut next = model.clone();
@@ -198,10 +211,22 @@ fn run(disk: &SimDisk, ops: &[Op], durability: Durability) -> std::result::Resul
                         synced = true;
                         Ok(())
                     }
-                    Err(e) => return cut("reopening", &e, states, durable),
+                    Err(e) => {
+                        note("reopen");
+                        return cut("reopening", &e, states, durable, cut_in);
+                    }
                 }
             }
         };
+        note(match op {
+            Op::Add(_) => "add",
+            Op::Delete(_) => "delete",
+            Op::Compact => "compact",
+            Op::Pin(_) => "pin",
+            Op::Unpin(_) => "unpin",
+            Op::Flush => "flush",
+            Op::Reopen => "reopen",
+        });
         let changed = next != model;
         if changed {
             states.push(next);
@@ -214,12 +239,28 @@ fn run(disk: &SimDisk, ops: &[Op], durability: Durability) -> std::result::Resul
             }
             Err(e) => {
                 drop(store);
-                return cut(&format!("{op:?}"), &e, states, durable);
+                return cut(&format!("{op:?}"), &e, states, durable, cut_in);
             }
         }
     }
     drop(store);
-    Ok(Outcome { states, durable })
+    note("close");
+    Ok(Outcome {
+        states,
+        durable,
+        cut_in: if cut_in.is_empty() { "nowhere" } else { cut_in },
+    })
+}
+
+/// How often each situation came up in the honest run, to show what the cases covered.
+static COVERAGE: std::sync::Mutex<BTreeMap<&'static str, u64>> = std::sync::Mutex::new(BTreeMap::new());
+
+fn count(what: &'static str) {
+    *COVERAGE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .entry(what)
+        .or_default() += 1;
 }
 
 /// The state a store shows.
@@ -290,6 +331,42 @@ fn check(case: &Case, syncs: Syncs) -> std::result::Result<(), String> {
     let store = open(&restored, case.durability)
         .map_err(|e| format!("reopening after the crash (cut after call {cut_after} of {total}): {e}"))?;
     let seen = observe(&store)?;
+    if syncs.files && syncs.dirs {
+        count(match outcome.cut_in {
+            "open" => "cut in: open",
+            "add" => "cut in: add",
+            "delete" => "cut in: delete",
+            "compact" => "cut in: compact",
+            "pin" => "cut in: pin",
+            "unpin" => "cut in: unpin",
+            "flush" => "cut in: flush",
+            "reopen" => "cut in: close or reopen",
+            "close" => "cut in: final close",
+            _ => "cut in: nowhere (after the last call)",
+        });
+        let recovery = store.stats().recovery;
+        if recovery.truncated_bytes > 0 {
+            count("recovery: torn tail truncated");
+        }
+        if recovery.removed_torn_segment {
+            count("recovery: torn new segment removed");
+        }
+        if recovery.removed_temporary_files > 0 {
+            count("recovery: stray .tmp removed");
+        }
+        if recovery.checkpoint_seq.is_some() {
+            count("recovery: from a checkpoint");
+        }
+        if recovery.checkpoint_rejected.is_some() {
+            count("recovery: checkpoint rejected, full replay");
+        }
+        if case.recovery_cut.is_some() {
+            count("second cut during recovery");
+        }
+        if outcome.states.get(outcome.durable) != Some(&seen) {
+            count("recovered more than the durable state");
+        }
+    }
     let allowed = outcome.states.get(outcome.durable..).unwrap_or_default();
     if !allowed.contains(&seen) {
         let written = outcome.states.iter().position(|state| *state == seen);
@@ -380,6 +457,13 @@ fn acknowledged_batches_survive_power_loss() {
         panic!("{e}");
     }
     eprintln!("power loss: {} cases in {:.1?}", cases(), started.elapsed());
+    for (what, cases) in COVERAGE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .iter()
+    {
+        eprintln!("  {what}: {cases}");
+    }
 }
 
 /// Runs the property on a disk that does not honour `syncs` and returns after how many cases it
