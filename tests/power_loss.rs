@@ -287,17 +287,25 @@ fn observe(store: &Store) -> std::result::Result<Model, String> {
 
 /// Runs one case with the disk honouring `syncs`; `Err` says how the store broke its promise.
 fn check(case: &Case, syncs: Syncs) -> std::result::Result<(), String> {
-    // A dry run counts the storage calls of the whole workload, so that the cut can fall anywhere.
-    let dry = SimDisk::new();
-    run(&dry, &case.ops, case.durability)?;
-    let total = dry.calls();
+    let total = calls_of(case)?;
     #[allow(
         clippy::cast_possible_truncation,
         clippy::cast_sign_loss,
         clippy::cast_precision_loss
     )]
     let cut_after = (case.cut * total as f64) as u64;
+    check_cut_after(case, syncs, cut_after, total)
+}
 
+/// The storage calls of the whole workload, counted by a dry run, so that the cut can fall anywhere.
+fn calls_of(case: &Case) -> std::result::Result<u64, String> {
+    let dry = SimDisk::new();
+    run(&dry, &case.ops, case.durability)?;
+    Ok(dry.calls())
+}
+
+/// Runs one case with the power cut after `cut_after` of the workload's `total` storage calls.
+fn check_cut_after(case: &Case, syncs: Syncs, cut_after: u64, total: u64) -> std::result::Result<(), String> {
     let disk = SimDisk::new();
     disk.set_sync_files(syncs.files);
     disk.set_sync_dirs(syncs.dirs);
@@ -602,4 +610,43 @@ fn compaction_never_outlives_the_log_that_superseded_what_it_reclaims() {
         cut += 1;
     }
     assert!(cut > 5, "the compaction made only {cut} storage calls");
+}
+
+/// A fixed workload that goes through every kind of operation (two segment rotations, a delete, a
+/// pin, a compaction that rewrites and checkpoints, a reopen, an unpin), with the power cut after
+/// each of its storage calls in turn, each with a few seeds for what survives.
+#[test]
+fn a_cut_after_every_storage_call_of_a_reference_workload() {
+    let mut ops: Vec<Op> = (0u8..6).map(|n| Op::Add(vec![(n, 600), (n + 6, 300)])).collect();
+    ops.extend([
+        Op::Delete(2),
+        Op::Pin(0),
+        Op::Add(vec![(0, 500), (1, 500)]),
+        Op::Add(vec![(0, 10)]),
+        Op::Compact,
+        Op::Reopen,
+        Op::Unpin(0),
+        Op::Add(vec![(3, 100), (4, 100), (5, 100)]),
+        Op::Compact,
+    ]);
+    for durability in [Durability::Immediate, Durability::Never] {
+        let mut case = Case {
+            ops: ops.clone(),
+            cut: 0.0,
+            seed: 0,
+            recovery_cut: None,
+            durability,
+        };
+        let total = calls_of(&case).expect("dry run");
+        assert!(total > 80, "the reference workload made only {total} storage calls");
+        for cut_after in 0..=total {
+            for seed in 0..4 {
+                case.seed = seed;
+                if let Err(e) = check_cut_after(&case, HONEST, cut_after, total) {
+                    panic!("{durability:?}, seed {seed}: {e}");
+                }
+            }
+        }
+        eprintln!("reference workload, {durability:?}: cut after each of {total} storage calls, 4 seeds each");
+    }
 }
