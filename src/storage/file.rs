@@ -42,6 +42,7 @@ impl StorageFile for RealFile {
         self.0.set_len(len)
     }
 
+    #[expect(unsafe_code, reason = "mapping a sealed segment is the crate's one unsafe operation")]
     fn map(&self) -> io::Result<SharedBytes> {
         // SAFETY: ctxlog maps only sealed segments, which no ctxlog code writes, truncates or renames
         // while the store is open (the LOCK file keeps other ctxlog processes out; compaction renames a

@@ -500,16 +500,16 @@ enum Create {
 }
 
 impl SimFile {
-    fn enter(&self) -> io::Result<(MutexGuard<'_, State>, Option<Fault>)> {
+    fn enter(&self) -> (MutexGuard<'_, State>, Option<Fault>) {
         let mut state = lock(&self.state);
         let fault = state.enter();
-        Ok((state, fault))
+        (state, fault)
     }
 }
 
 impl StorageFile for SimFile {
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        let (mut state, fault) = self.enter()?;
+        let (mut state, fault) = self.enter();
         if let Some(fault) = fault {
             return Err(error(fault));
         }
@@ -523,7 +523,7 @@ impl StorageFile for SimFile {
     }
 
     fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
-        let (mut state, fault) = self.enter()?;
+        let (mut state, fault) = self.enter();
         let file = state.inode(self.inode)?;
         let offset = file.current.len() as u64;
         match fault {
@@ -547,7 +547,7 @@ impl StorageFile for SimFile {
     }
 
     fn sync_data(&mut self) -> io::Result<()> {
-        let (mut state, fault) = self.enter()?;
+        let (mut state, fault) = self.enter();
         if let Some(fault) = fault {
             return Err(error(fault));
         }
@@ -564,7 +564,7 @@ impl StorageFile for SimFile {
     }
 
     fn set_len(&mut self, len: u64) -> io::Result<()> {
-        let (mut state, fault) = self.enter()?;
+        let (mut state, fault) = self.enter();
         if let Some(fault) = fault {
             return Err(error(fault));
         }
@@ -573,7 +573,7 @@ impl StorageFile for SimFile {
     }
 
     fn map(&self) -> io::Result<SharedBytes> {
-        let (mut state, fault) = self.enter()?;
+        let (mut state, fault) = self.enter();
         if let Some(fault) = fault {
             return Err(error(fault));
         }
