@@ -6,7 +6,6 @@
 //! when anything disagrees or the file is damaged. docs/FORMAT.md gives the layout byte by byte.
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -15,6 +14,7 @@ use crate::index::{Index, Interner, Location, PinInfo, VersionEntry, VersionStat
 use crate::item::{Scope, TypeSpec};
 use crate::log::record::Cursor;
 use crate::log::writer::sync_dir;
+use crate::storage::Storage;
 use crate::store::Shared;
 
 /// The magic bytes that open every checkpoint file.
@@ -41,12 +41,14 @@ fn parse_checkpoint_file_name(name: &str) -> Option<u64> {
 }
 
 /// Checkpoint files in `dir`, newest first.
-pub(crate) fn list(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
+pub(crate) fn list(storage: &dyn Storage, dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
     let mut found = Vec::new();
-    for entry in std::fs::read_dir(dir).map_err(|e| Error::io(format!("listing {}", dir.display()), e))? {
-        let entry = entry.map_err(|e| Error::io(format!("listing {}", dir.display()), e))?;
-        if let Some(seq) = parse_checkpoint_file_name(&entry.file_name().to_string_lossy()) {
-            found.push((seq, entry.path()));
+    let names = storage
+        .list(dir)
+        .map_err(|e| Error::io(format!("listing {}", dir.display()), e))?;
+    for name in names {
+        if let Some(seq) = parse_checkpoint_file_name(&name) {
+            found.push((seq, dir.join(name)));
         }
     }
     found.sort_unstable_by_key(|(seq, _)| std::cmp::Reverse(*seq));
@@ -451,31 +453,32 @@ pub(crate) fn write(shared: &Shared, sync_log: bool) -> Result<u64> {
     if sync_log {
         shared.flush()?;
     }
-    install(&shared.dir, seq, &bytes)?;
+    install(&*shared.storage, &shared.dir, seq, &bytes)?;
     Ok(seq)
 }
 
 /// Writes `bytes` as the checkpoint for `seq`: temporary file, sync, rename, sync the directory;
 /// then removes older checkpoints.
-pub(crate) fn install(dir: &Path, seq: u64, bytes: &[u8]) -> Result<()> {
+pub(crate) fn install(storage: &dyn Storage, dir: &Path, seq: u64, bytes: &[u8]) -> Result<()> {
     let path = dir.join(checkpoint_file_name(seq));
     let tmp = dir.join(format!("{}.tmp", checkpoint_file_name(seq)));
-    let mut file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .write(true)
-        .open(&tmp)
+    let mut file = storage
+        .create(&tmp)
         .map_err(|e| Error::io(format!("creating {}", tmp.display()), e))?;
-    file.write_all(bytes)
+    file.append(bytes)
         .map_err(|e| Error::io(format!("writing {}", tmp.display()), e))?;
     file.sync_all()
         .map_err(|e| Error::io(format!("syncing {}", tmp.display()), e))?;
     drop(file);
-    std::fs::rename(&tmp, &path).map_err(|e| Error::io(format!("renaming {}", tmp.display()), e))?;
-    sync_dir(dir)?;
-    for (old_seq, old) in list(dir)? {
+    storage
+        .rename(&tmp, &path)
+        .map_err(|e| Error::io(format!("renaming {}", tmp.display()), e))?;
+    sync_dir(storage, dir)?;
+    for (old_seq, old) in list(storage, dir)? {
         if old_seq != seq {
-            std::fs::remove_file(&old).map_err(|e| Error::io(format!("removing {}", old.display()), e))?;
+            storage
+                .remove(&old)
+                .map_err(|e| Error::io(format!("removing {}", old.display()), e))?;
         }
     }
     Ok(())

@@ -13,7 +13,6 @@
 //! rename leaves the old segment (and a stray `.tmp` that opening deletes); after it, the new one.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -24,6 +23,7 @@ use crate::log::record::{decode_batch, BatchEncoder, RecordView, FRAME_HEADER_BY
 use crate::log::segment::{segment_file_name, Segment, SegmentHeader, SEGMENT_HEADER_BYTES};
 use crate::log::writer::sync_dir;
 use crate::recovery::{scan_frames, ScanEnd};
+use crate::storage::Storage;
 use crate::store::Shared;
 
 /// What a compaction did.
@@ -181,11 +181,11 @@ fn decide(index: &Index, views: &Views, version: &VersionEntry) -> Option<Decisi
 }
 
 /// Bytes of every segment file.
-fn segment_bytes(index: &Index) -> u64 {
+fn segment_bytes(storage: &dyn Storage, index: &Index) -> u64 {
     index
         .segments
         .values()
-        .map(|segment| std::fs::metadata(&segment.path).map_or(0, |m| m.len()))
+        .map(|segment| storage.len(&segment.path).unwrap_or(0))
         .sum()
 }
 
@@ -222,14 +222,21 @@ pub(crate) fn compact(shared: &Shared, min_share: f64) -> Result<CompactionRepor
                 chosen.push((number, plan));
             }
         }
-        (chosen, segment_bytes(&index))
+        (chosen, segment_bytes(&*shared.storage, &index))
     };
     chosen.sort_unstable_by_key(|(number, _)| *number);
     report.bytes_before = bytes_before;
+    if !chosen.is_empty() {
+        // What the plan reclaims was superseded, deleted or unpinned by published batches. Under
+        // `Durability::Never` or `Periodic` those may not be durable yet, and a rewrite is durable once
+        // renamed: sync the log first, or a power cut could keep the rewrite and lose the batches
+        // that justified it (an id would vanish).
+        shared.flush()?;
+    }
     for (number, plan) in chosen.drain(..) {
         rewrite(shared, number, &plan, &mut report)?;
     }
-    report.bytes_after = segment_bytes(&shared.read_index());
+    report.bytes_after = segment_bytes(&*shared.storage, &shared.read_index());
     report.duration = started.elapsed();
     Ok(report)
 }
@@ -319,7 +326,7 @@ fn rewrite(shared: &Shared, number: u32, plan: &SegmentPlan, report: &mut Compac
 
     let path = shared.dir.join(segment_file_name(number));
     let tmp = shared.dir.join(format!("{}.tmp", segment_file_name(number)));
-    write_synced(&tmp, &out)?;
+    write_synced(&*shared.storage, &tmp, &out)?;
 
     // From here until the index has moved, no snapshot handle may be created: one could come to see
     // a version this rewrite leaves out. Readers and the writer go on; only the final swap takes the
@@ -337,13 +344,18 @@ fn rewrite(shared: &Shared, number: u32, plan: &SegmentPlan, report: &mut Compac
         });
         if !still_reclaimable {
             report.segments_skipped += 1;
-            return std::fs::remove_file(&tmp).map_err(|e| Error::io(format!("removing {}", tmp.display()), e));
+            return shared
+                .storage
+                .remove(&tmp)
+                .map_err(|e| Error::io(format!("removing {}", tmp.display()), e));
         }
     }
-    std::fs::rename(&tmp, &path)
+    shared
+        .storage
+        .rename(&tmp, &path)
         .map_err(|e| Error::io(format!("renaming {} over {}", tmp.display(), path.display()), e))?;
-    sync_dir(&shared.dir)?;
-    let rewritten = Arc::new(Segment::open(&path, true, out.len() as u64)?);
+    sync_dir(&*shared.storage, &shared.dir)?;
+    let rewritten = Arc::new(Segment::open(&*shared.storage, &path, true, out.len() as u64)?);
     let mut unlink = Vec::new();
     {
         let mut index = shared.write_index();
@@ -395,14 +407,11 @@ fn count(report: &mut CompactionReport, reason: Reason) {
 }
 
 /// Writes `bytes` to a new file at `path` and syncs it.
-fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
-    let mut file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .write(true)
-        .open(path)
+fn write_synced(storage: &dyn Storage, path: &Path, bytes: &[u8]) -> Result<()> {
+    let mut file = storage
+        .create(path)
         .map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
-    file.write_all(bytes)
+    file.append(bytes)
         .map_err(|e| Error::io(format!("writing {}", path.display()), e))?;
     file.sync_all()
         .map_err(|e| Error::io(format!("syncing {}", path.display()), e))

@@ -28,6 +28,7 @@
 //! ```
 #![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing))]
 #![warn(missing_docs)]
+#![deny(unsafe_code)]
 
 mod checkpoint;
 mod clock;
@@ -42,6 +43,8 @@ mod log;
 mod query;
 mod recovery;
 mod snapshot;
+#[doc(hidden)]
+pub mod storage;
 mod store;
 mod time;
 

@@ -8,7 +8,6 @@
 //! holds nothing: it is removed and created again.
 
 use std::collections::BTreeMap;
-use std::fs::OpenOptions;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -21,6 +20,7 @@ use crate::log::segment::{
     parse_segment_file_name, read_whole, segment_file_name, Segment, SegmentHeader, SEGMENT_HEADER_BYTES,
 };
 use crate::log::writer::{create_segment, sync_dir, ActiveSegment};
+use crate::storage::Storage;
 
 /// What opening found and did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -216,29 +216,30 @@ impl Start {
 
 /// Replays the store in `dir` (which the caller has locked): from the newest valid checkpoint if
 /// there is one, else from the beginning of the log.
-pub(crate) fn recover(dir: &Path) -> Result<Recovered> {
+pub(crate) fn recover(storage: &dyn Storage, dir: &Path) -> Result<Recovered> {
     let started = std::time::Instant::now();
     let mut stats = RecoveryStats::default();
     let mut numbers = Vec::new();
-    let entries = std::fs::read_dir(dir).map_err(|e| Error::io(format!("listing {}", dir.display()), e))?;
-    for entry in entries {
-        let entry = entry.map_err(|e| Error::io(format!("listing {}", dir.display()), e))?;
-        let name = entry.file_name();
-        let name = name.to_string_lossy();
+    let names = storage
+        .list(dir)
+        .map_err(|e| Error::io(format!("listing {}", dir.display()), e))?;
+    for name in names {
         if let Some(number) = parse_segment_file_name(&name) {
             numbers.push(number);
         } else if name.ends_with(".tmp") {
-            std::fs::remove_file(entry.path())
-                .map_err(|e| Error::io(format!("removing stray {}", entry.path().display()), e))?;
+            let path = dir.join(&name);
+            storage
+                .remove(&path)
+                .map_err(|e| Error::io(format!("removing stray {}", path.display()), e))?;
             stats.removed_temporary_files += 1;
         }
     }
     numbers.sort_unstable();
 
-    if let Some((seq, path)) = checkpoint::list(dir)?.into_iter().next() {
-        let attempt = checkpoint_start(dir, &path, seq, &numbers).and_then(|start| {
+    if let Some((seq, path)) = checkpoint::list(storage, dir)?.into_iter().next() {
+        let attempt = checkpoint_start(storage, dir, &path, seq, &numbers).and_then(|start| {
             let mut attempt_stats = stats.clone();
-            replay(dir, &numbers, start, &mut attempt_stats)
+            replay(storage, dir, &numbers, start, &mut attempt_stats)
                 .map(|recovered| (recovered, attempt_stats))
                 .map_err(|e| format!("replay after it failed: {e}"))
         });
@@ -263,7 +264,7 @@ pub(crate) fn recover(dir: &Path) -> Result<Recovered> {
             }
         }
     }
-    let (index, active, next_seq) = replay(dir, &numbers, Start::empty(), &mut stats)?;
+    let (index, active, next_seq) = replay(storage, dir, &numbers, Start::empty(), &mut stats)?;
     stats.millis = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     Ok(Recovered {
         index,
@@ -274,8 +275,14 @@ pub(crate) fn recover(dir: &Path) -> Result<Recovered> {
 }
 
 /// Loads a checkpoint and checks that the segment files are exactly those it was taken over.
-fn checkpoint_start(dir: &Path, path: &Path, named_seq: u64, numbers: &[u32]) -> Result<Start, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("cannot read it: {e}"))?;
+fn checkpoint_start(
+    storage: &dyn Storage,
+    dir: &Path,
+    path: &Path,
+    named_seq: u64,
+    numbers: &[u32],
+) -> Result<Start, String> {
+    let bytes = storage.read(path).map_err(|e| format!("cannot read it: {e}"))?;
     let loaded = checkpoint::decode(&bytes)?;
     if loaded.seq != named_seq {
         return Err(format!("it holds seq {}, but its name says {named_seq}", loaded.seq));
@@ -292,12 +299,13 @@ fn checkpoint_start(dir: &Path, path: &Path, named_seq: u64, numbers: &[u32]) ->
     }
     for mark in &loaded.segments {
         let file = dir.join(segment_file_name(mark.number));
-        let len = std::fs::metadata(&file)
-            .map_err(|e| format!("segment {}: {e}", mark.number))?
-            .len();
+        let len = storage
+            .len(&file)
+            .map_err(|e| format!("segment {}: {e}", mark.number))?;
         let mut header = [0u8; SEGMENT_HEADER_BYTES];
-        std::fs::File::open(&file)
-            .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut header))
+        storage
+            .open_read(&file)
+            .and_then(|f| f.read_exact_at(&mut header, 0))
             .map_err(|e| format!("segment {}: {e}", mark.number))?;
         let header = SegmentHeader::decode(&header).map_err(|e| format!("segment {}: {e}", mark.number))?;
         let same_length = if mark == last { len >= mark.len } else { len == mark.len };
@@ -317,7 +325,13 @@ fn checkpoint_start(dir: &Path, path: &Path, named_seq: u64, numbers: &[u32]) ->
 type Replayed = (Index, ActiveSegment, u64);
 
 /// Replays `numbers` (sorted segment numbers) into `start`'s index.
-fn replay(dir: &Path, numbers: &[u32], start: Start, stats: &mut RecoveryStats) -> Result<Replayed> {
+fn replay(
+    storage: &dyn Storage,
+    dir: &Path,
+    numbers: &[u32],
+    start: Start,
+    stats: &mut RecoveryStats,
+) -> Result<Replayed> {
     let Start {
         mut index,
         mut next_seq,
@@ -344,18 +358,20 @@ fn replay(dir: &Path, numbers: &[u32], start: Start, stats: &mut RecoveryStats) 
             previous_rewritten = mark.rewrites > 0;
             index
                 .segments
-                .insert(number, Arc::new(Segment::open(&path, true, mark.len)?));
+                .insert(number, Arc::new(Segment::open(storage, &path, true, mark.len)?));
             continue;
         }
-        let bytes = read_whole(&path)?;
+        let bytes = read_whole(storage, &path)?;
         let header = match SegmentHeader::decode(&bytes) {
             Ok(header) => header,
             Err(_) if newest && bytes.len() <= SEGMENT_HEADER_BYTES => {
                 // Torn while being created: it can hold no frame.
-                std::fs::remove_file(&path).map_err(|e| Error::io(format!("removing torn {}", path.display()), e))?;
-                sync_dir(dir)?;
+                storage
+                    .remove(&path)
+                    .map_err(|e| Error::io(format!("removing torn {}", path.display()), e))?;
+                sync_dir(storage, dir)?;
                 stats.removed_torn_segment = true;
-                active = Some(create_segment(dir, number, next_seq)?);
+                active = Some(create_segment(storage, dir, number, next_seq)?);
                 break;
             }
             Err(reason) => return Err(corrupt(0, reason)),
@@ -424,10 +440,8 @@ fn replay(dir: &Path, numbers: &[u32], start: Start, stats: &mut RecoveryStats) 
         stats.frames += frames;
         stats.records += records;
         if newest {
-            let file = OpenOptions::new()
-                .read(true)
-                .append(true)
-                .open(&path)
+            let mut file = storage
+                .open_append(&path)
                 .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
             if end < bytes.len() {
                 file.set_len(end as u64)
@@ -435,7 +449,7 @@ fn replay(dir: &Path, numbers: &[u32], start: Start, stats: &mut RecoveryStats) 
                 file.sync_all()
                     .map_err(|e| Error::io(format!("syncing {}", path.display()), e))?;
             }
-            let segment = Arc::new(Segment::open(&path, false, end as u64)?);
+            let segment = Arc::new(Segment::open(storage, &path, false, end as u64)?);
             index.segments.insert(number, Arc::clone(&segment));
             active = Some(ActiveSegment {
                 file,
@@ -444,14 +458,15 @@ fn replay(dir: &Path, numbers: &[u32], start: Start, stats: &mut RecoveryStats) 
                 segment,
             });
         } else {
-            index
-                .segments
-                .insert(number, Arc::new(Segment::open(&path, true, bytes.len() as u64)?));
+            index.segments.insert(
+                number,
+                Arc::new(Segment::open(storage, &path, true, bytes.len() as u64)?),
+            );
         }
     }
     let active = match active {
         Some(active) => active,
-        None => create_segment(dir, numbers.last().map_or(1, |n| n + 1), next_seq)?,
+        None => create_segment(storage, dir, numbers.last().map_or(1, |n| n + 1), next_seq)?,
     };
     index.segments.insert(active.number, Arc::clone(&active.segment));
     index.seq = next_seq - 1;

@@ -2,7 +2,6 @@
 //! writer thread.
 
 use std::collections::BTreeMap;
-use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -27,6 +26,7 @@ use crate::log::writer::{Command, Op, OpOutcome, Writer};
 use crate::query::{ContextQuery, QueryStats};
 use crate::recovery::{recover, scan_frames, RecoveryStats, ScanEnd};
 use crate::snapshot::{Receipt, Resolution, Snapshot, SnapshotInfo};
+use crate::storage::{DirLock, FileStorage, Storage};
 
 /// When `add` may return relative to the fsync of its batch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,6 +50,7 @@ pub struct Options {
     segment_size: u64,
     max_content_bytes: usize,
     auto_compact: bool,
+    storage: Arc<dyn Storage>,
 }
 
 impl std::fmt::Debug for Options {
@@ -60,6 +61,7 @@ impl std::fmt::Debug for Options {
             .field("segment_size", &self.segment_size)
             .field("max_content_bytes", &self.max_content_bytes)
             .field("auto_compact", &self.auto_compact)
+            .field("storage", &self.storage)
             .finish()
     }
 }
@@ -72,6 +74,7 @@ impl Default for Options {
             segment_size: SEGMENT_BYTES_DEFAULT,
             max_content_bytes: CONTENT_BYTES_DEFAULT,
             auto_compact: true,
+            storage: Arc::new(FileStorage),
         }
     }
 }
@@ -118,6 +121,15 @@ impl Options {
     #[must_use]
     pub fn auto_compact(mut self, on: bool) -> Self {
         self.auto_compact = on;
+        self
+    }
+
+    /// Where the store's files live: every file and directory operation goes through it. Default:
+    /// [`FileStorage`](crate::storage::FileStorage), the operating system's file system. Tests pass a
+    /// [`SimDisk`](crate::storage::SimDisk) to simulate power loss and I/O errors.
+    #[must_use]
+    pub fn storage(mut self, storage: Arc<dyn Storage>) -> Self {
+        self.storage = storage;
         self
     }
 
@@ -220,6 +232,7 @@ impl VerifyReport {
 /// State shared by the handle, the writer thread and every snapshot.
 pub(crate) struct Shared {
     pub(crate) dir: PathBuf,
+    pub(crate) storage: Arc<dyn Storage>,
     index: RwLock<Index>,
     registry: RwLock<Arc<TypeRegistry>>,
     pub(crate) clock: Arc<dyn Clock>,
@@ -322,7 +335,7 @@ struct StoreInner {
     maintenance: Mutex<Option<(Sender<()>, JoinHandle<()>)>>,
     options: Options,
     recovery: RecoveryStats,
-    _lock: File,
+    _lock: Box<dyn DirLock>,
 }
 
 impl Drop for StoreInner {
@@ -410,29 +423,21 @@ impl Store {
                 return Err(Error::invalid("durability", "a Periodic duration must be above zero"));
             }
         }
-        std::fs::create_dir_all(dir).map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
-        let lock_path = dir.join("LOCK");
-        let lock = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(|e| Error::io(format!("opening {}", lock_path.display()), e))?;
-        match lock.try_lock() {
-            Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => {
-                return Err(Error::Locked {
-                    path: dir.to_path_buf(),
-                })
-            }
-            Err(std::fs::TryLockError::Error(e)) => {
-                return Err(Error::io(format!("locking {}", lock_path.display()), e))
-            }
-        }
-        let recovered = recover(dir)?;
+        let storage = Arc::clone(&options.storage);
+        storage
+            .create_dir_all(dir)
+            .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+        let lock = storage
+            .try_lock(dir)
+            .map_err(|e| Error::io(format!("locking {}", dir.join("LOCK").display()), e))?
+            .ok_or_else(|| Error::Locked {
+                path: dir.to_path_buf(),
+            })?;
+        let recovered = recover(&*storage, dir)?;
         let registry = Arc::new(recovered.index.registry.clone());
         let shared = Arc::new(Shared {
             dir: dir.to_path_buf(),
+            storage,
             index: RwLock::new(recovered.index),
             registry: RwLock::new(registry),
             clock: Arc::clone(&options.clock),
@@ -710,12 +715,13 @@ impl Store {
                 index.seq,
             )
         };
-        let bytes_on_disk = std::fs::read_dir(&shared.dir)
-            .map(|entries| {
-                entries
-                    .filter_map(|entry| entry.ok()?.metadata().ok())
-                    .filter(|m| m.is_file())
-                    .map(|m| m.len())
+        let bytes_on_disk = shared
+            .storage
+            .list(&shared.dir)
+            .map(|names| {
+                names
+                    .iter()
+                    .filter_map(|name| shared.storage.len(&shared.dir.join(name)).ok())
                     .sum()
             })
             .unwrap_or(0);
@@ -750,7 +756,7 @@ impl Store {
         let mut previous_rewritten = false;
         for segment in segments {
             report.segments_checked += 1;
-            let mut bytes = read_whole(&segment.path)?;
+            let mut bytes = read_whole(&*self.inner.shared.storage, &segment.path)?;
             bytes.truncate(usize::try_from(segment.published_len()).unwrap_or(usize::MAX));
             let problem = |offset: usize, reason: String| Problem {
                 file: segment.path.clone(),
@@ -819,9 +825,12 @@ impl Store {
 
     /// Every checkpoint file must decode whole (magic, version, checksum, consistent contents).
     fn verify_checkpoints(&self, report: &mut VerifyReport) -> Result<()> {
-        for (_, path) in checkpoint::list(&self.inner.shared.dir)? {
+        let storage = &*self.inner.shared.storage;
+        for (_, path) in checkpoint::list(storage, &self.inner.shared.dir)? {
             report.checkpoints_checked += 1;
-            let bytes = std::fs::read(&path).map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+            let bytes = storage
+                .read(&path)
+                .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
             if let Err(reason) = checkpoint::decode(&bytes) {
                 report.problems.push(Problem {
                     file: path,

@@ -11,16 +11,14 @@
 //! | 24     | 4     | rewrites (u32): how many times compaction rewrote it; 0 as first written |
 //! | 28     | 4     | CRC-32 of bytes 0..28                           |
 //!
-//! This is the only module with `unsafe`: mapping a sealed segment.
+//! Every byte comes through the [`Storage`] seam; sealed segments are read as [`SharedBytes`] (a
+//! mapping of the file with the file backend).
 
-use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use memmap2::Mmap;
-
 use crate::error::{Error, Result};
+use crate::storage::{SharedBytes, Storage, StorageFile};
 
 /// The magic bytes that open every segment.
 pub(crate) const SEGMENT_MAGIC: [u8; 8] = *b"CTXLOGSG";
@@ -108,8 +106,8 @@ impl SegmentHeader {
 #[derive(Debug)]
 pub(crate) struct Segment {
     pub(crate) path: PathBuf,
-    file: File,
-    map: Option<Mmap>,
+    file: Box<dyn StorageFile>,
+    map: Option<SharedBytes>,
     published_len: AtomicU64,
     /// How many times compaction rewrote the file (from its header).
     pub(crate) rewrites: u32,
@@ -117,8 +115,10 @@ pub(crate) struct Segment {
 
 impl Segment {
     /// Opens segment `path` for reading; `sealed` segments are mapped.
-    pub(crate) fn open(path: &Path, sealed: bool, published_len: u64) -> Result<Segment> {
-        let file = File::open(path).map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
+    pub(crate) fn open(storage: &dyn Storage, path: &Path, sealed: bool, published_len: u64) -> Result<Segment> {
+        let file = storage
+            .open_read(path)
+            .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
         let mut header = [0u8; SEGMENT_HEADER_BYTES];
         file.read_exact_at(&mut header, 0)
             .map_err(|e| Error::io(format!("reading the header of {}", path.display()), e))?;
@@ -127,7 +127,14 @@ impl Segment {
             offset: 0,
             reason,
         })?;
-        let map = if sealed { Some(map_file(&file, path)?) } else { None };
+        let map = if sealed {
+            Some(
+                file.map()
+                    .map_err(|e| Error::io(format!("mapping {}", path.display()), e))?,
+            )
+        } else {
+            None
+        };
         Ok(Segment {
             path: path.to_path_buf(),
             file,
@@ -178,19 +185,11 @@ impl Segment {
     }
 }
 
-/// Maps a whole file read-only.
-fn map_file(file: &File, path: &Path) -> Result<Mmap> {
-    // SAFETY: ctxlog maps only sealed segments, which no ctxlog code writes, truncates or renames while
-    // the store is open (the LOCK file keeps other ctxlog processes out). A process that ignores the
-    // lock and modifies the file could change the mapped bytes under us; every read of mapped bytes is
-    // bounds-checked and CRC-checked, so such damage is reported as corruption, not undefined reads.
-    let map = unsafe { Mmap::map(file) };
-    map.map_err(|e| Error::io(format!("mapping {}", path.display()), e))
-}
-
-/// Reads a whole segment for recovery or verification: mapped when sealed, read when not.
-pub(crate) fn read_whole(path: &Path) -> Result<Vec<u8>> {
-    std::fs::read(path).map_err(|e| Error::io(format!("reading {}", path.display()), e))
+/// Reads a whole segment for recovery or verification.
+pub(crate) fn read_whole(storage: &dyn Storage, path: &Path) -> Result<Vec<u8>> {
+    storage
+        .read(path)
+        .map_err(|e| Error::io(format!("reading {}", path.display()), e))
 }
 
 #[cfg(test)]

@@ -7,9 +7,7 @@
 //! store: every later write is refused and the fsync is never retried on this handle.
 
 use std::collections::HashMap;
-use std::fs::{File, OpenOptions};
-use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -20,6 +18,7 @@ use crate::index::{Location, PinInfo};
 use crate::item::{format_hash, TypeRegistry, TypeSpec, ValidItem};
 use crate::log::record::{BatchEncoder, PutRef, PutView, ScopeView};
 use crate::log::segment::{segment_file_name, Segment, SegmentHeader, SEGMENT_HEADER_BYTES};
+use crate::storage::{Storage, StorageFile};
 use crate::store::{Durability, Shared};
 
 /// Bytes of waiting batches one group takes at most before it is written.
@@ -72,7 +71,7 @@ pub(crate) enum Command {
 
 /// The segment being appended to.
 pub(crate) struct ActiveSegment {
-    pub(crate) file: File,
+    pub(crate) file: Box<dyn StorageFile>,
     pub(crate) number: u32,
     pub(crate) len: u64,
     pub(crate) segment: Arc<Segment>,
@@ -231,7 +230,7 @@ impl Writer {
         let result = self
             .active
             .file
-            .write_all(&self.buffer)
+            .append(&self.buffer)
             .map_err(|e| Error::io(format!("appending to segment {}", self.active.number), e));
         self.buffer.clear();
         self.dirty = true;
@@ -376,8 +375,9 @@ impl Writer {
         self.dirty = false;
         let number = self.active.number;
         let path = self.dir.join(segment_file_name(number));
-        let sealed = Arc::new(Segment::open(&path, true, self.active.len)?);
-        let next = create_segment(&self.dir, number + 1, self.next_seq)?;
+        let storage = &*self.shared.storage;
+        let sealed = Arc::new(Segment::open(storage, &path, true, self.active.len)?);
+        let next = create_segment(storage, &self.dir, number + 1, self.next_seq)?;
         let mut index = self.shared.write_index();
         index.segments.insert(number, sealed);
         index.segments.insert(next.number, Arc::clone(&next.segment));
@@ -641,13 +641,10 @@ fn has_history(index: &crate::index::Index, group: &Overlay, batch: &Overlay, id
 
 /// Creates segment `number` whose first frame will carry `base_seq`: header written and synced, and
 /// the directory synced so that the file survives a crash.
-pub(crate) fn create_segment(dir: &std::path::Path, number: u32, base_seq: u64) -> Result<ActiveSegment> {
+pub(crate) fn create_segment(storage: &dyn Storage, dir: &Path, number: u32, base_seq: u64) -> Result<ActiveSegment> {
     let path = dir.join(segment_file_name(number));
-    let mut file = OpenOptions::new()
-        .create_new(true)
-        .append(true)
-        .read(true)
-        .open(&path)
+    let mut file = storage
+        .create_new(&path)
         .map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
     let header = SegmentHeader {
         number,
@@ -655,12 +652,12 @@ pub(crate) fn create_segment(dir: &std::path::Path, number: u32, base_seq: u64) 
         rewrites: 0,
     }
     .encode();
-    file.write_all(&header)
+    file.append(&header)
         .map_err(|e| Error::io(format!("writing the header of {}", path.display()), e))?;
     file.sync_all()
         .map_err(|e| Error::io(format!("syncing {}", path.display()), e))?;
-    sync_dir(dir)?;
-    let segment = Arc::new(Segment::open(&path, false, SEGMENT_HEADER_BYTES as u64)?);
+    sync_dir(storage, dir)?;
+    let segment = Arc::new(Segment::open(storage, &path, false, SEGMENT_HEADER_BYTES as u64)?);
     Ok(ActiveSegment {
         file,
         number,
@@ -669,9 +666,9 @@ pub(crate) fn create_segment(dir: &std::path::Path, number: u32, base_seq: u64) 
     })
 }
 
-/// Syncs a directory, so that files created or renamed in it survive a crash.
-pub(crate) fn sync_dir(dir: &std::path::Path) -> Result<()> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
+/// Syncs a directory, so that files created, renamed or removed in it survive a crash.
+pub(crate) fn sync_dir(storage: &dyn Storage, dir: &Path) -> Result<()> {
+    storage
+        .sync_dir(dir)
         .map_err(|e| Error::io(format!("syncing directory {}", dir.display()), e))
 }

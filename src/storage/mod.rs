@@ -1,0 +1,145 @@
+//! The one seam for storage I/O: every file and directory operation of a store goes through a
+//! [`Storage`] (chosen with `Options::storage`), so that tests can run the engine on a simulated
+//! disk ([`SimDisk`]) that keeps synced and unsynced bytes apart and can lose power.
+//!
+//! Two backends: [`FileStorage`] (`std::fs` and `memmap2`, the default; the crate's only `unsafe`)
+//! and [`SimDisk`] (in memory). Paths are those the store builds: its directory joined with a file
+//! name; the store never nests directories.
+
+use std::fmt;
+use std::io;
+use std::ops::Deref;
+use std::path::Path;
+use std::sync::Arc;
+
+mod file;
+mod sim;
+
+pub use file::FileStorage;
+pub use sim::{Fault, SimDisk};
+
+/// The whole contents of a file that is never written again (a sealed segment), shared between
+/// readers without copying: a read-only mapping for files, shared memory for the simulated disk.
+#[derive(Clone)]
+pub struct SharedBytes(Arc<dyn AsRef<[u8]> + Send + Sync>);
+
+impl SharedBytes {
+    /// Wraps any owner of bytes.
+    pub fn new(bytes: impl AsRef<[u8]> + Send + Sync + 'static) -> SharedBytes {
+        SharedBytes(Arc::new(bytes))
+    }
+}
+
+impl Deref for SharedBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        (*self.0).as_ref()
+    }
+}
+
+impl fmt::Debug for SharedBytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SharedBytes({} bytes)", self.len())
+    }
+}
+
+/// An open file. Writes append; `sync_data` / `sync_all` make what was written durable.
+pub trait StorageFile: Send + Sync + fmt::Debug {
+    /// Reads exactly `buf.len()` bytes at `offset`.
+    ///
+    /// # Errors
+    /// `UnexpectedEof` past the end; any I/O error.
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+    /// Appends `bytes` at the end of the file.
+    ///
+    /// # Errors
+    /// Any I/O error; part of `bytes` may have been written.
+    fn append(&mut self, bytes: &[u8]) -> io::Result<()>;
+    /// Makes the file's data (and its length) durable.
+    ///
+    /// # Errors
+    /// Any I/O error; after one, nothing is known of what is durable.
+    fn sync_data(&mut self) -> io::Result<()>;
+    /// Makes the file's data and metadata durable.
+    ///
+    /// # Errors
+    /// As [`StorageFile::sync_data`].
+    fn sync_all(&mut self) -> io::Result<()>;
+    /// Cuts (or extends with zeros) the file to `len` bytes.
+    ///
+    /// # Errors
+    /// Any I/O error.
+    fn set_len(&mut self, len: u64) -> io::Result<()>;
+    /// The whole file as shared bytes, for a file that will not be written again.
+    ///
+    /// # Errors
+    /// Any I/O error.
+    fn map(&self) -> io::Result<SharedBytes>;
+}
+
+/// A lock on a store directory, released when dropped.
+pub trait DirLock: Send + Sync + fmt::Debug {}
+
+/// File and directory operations, as the store uses them.
+pub trait Storage: Send + Sync + fmt::Debug {
+    /// Creates `dir` (and its parents) if missing.
+    ///
+    /// # Errors
+    /// Any I/O error.
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
+    /// Takes the store lock of `dir`; `None` if another handle holds it.
+    ///
+    /// # Errors
+    /// Any I/O error.
+    fn try_lock(&self, dir: &Path) -> io::Result<Option<Box<dyn DirLock>>>;
+    /// The names of the files in `dir`, in no particular order.
+    ///
+    /// # Errors
+    /// Any I/O error.
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>>;
+    /// The length of the file at `path`.
+    ///
+    /// # Errors
+    /// `NotFound`; any I/O error.
+    fn len(&self, path: &Path) -> io::Result<u64>;
+    /// The whole contents of the file at `path`.
+    ///
+    /// # Errors
+    /// `NotFound`; any I/O error.
+    fn read(&self, path: &Path) -> io::Result<Vec<u8>>;
+    /// Opens an existing file for reading.
+    ///
+    /// # Errors
+    /// `NotFound`; any I/O error.
+    fn open_read(&self, path: &Path) -> io::Result<Box<dyn StorageFile>>;
+    /// Opens an existing file for reading and appending.
+    ///
+    /// # Errors
+    /// `NotFound`; any I/O error.
+    fn open_append(&self, path: &Path) -> io::Result<Box<dyn StorageFile>>;
+    /// Creates a file that must not exist yet, for reading and appending.
+    ///
+    /// # Errors
+    /// `AlreadyExists`; any I/O error.
+    fn create_new(&self, path: &Path) -> io::Result<Box<dyn StorageFile>>;
+    /// Creates a file, or empties an existing one, for appending.
+    ///
+    /// # Errors
+    /// Any I/O error.
+    fn create(&self, path: &Path) -> io::Result<Box<dyn StorageFile>>;
+    /// Renames `from` to `to`, replacing `to` if it exists (same directory).
+    ///
+    /// # Errors
+    /// Any I/O error.
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// Removes the file at `path`.
+    ///
+    /// # Errors
+    /// Any I/O error.
+    fn remove(&self, path: &Path) -> io::Result<()>;
+    /// Makes the entries of `dir` (files created, renamed or removed in it) durable.
+    ///
+    /// # Errors
+    /// Any I/O error.
+    fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+}

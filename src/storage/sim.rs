@@ -1,0 +1,793 @@
+//! A simulated disk for power-loss and I/O-error tests.
+//!
+//! Fault model. Each file (inode) keeps its durable bytes apart from the writes made since its last
+//! `sync_data` / `sync_all` (appends and length changes, in order). Each directory keeps its durable
+//! entries apart from a journal of the entry changes made since its last `sync_dir` (a create, a
+//! remove, or a rename as one atomic change). [`SimDisk::crash`] cuts the power: every directory keeps
+//! its durable entries plus a prefix of its journal (chosen by the seed), and every file keeps its
+//! durable bytes plus a subset of its unsynced writes, in order (none, all, a prefix, or a random
+//! subset), one of them possibly torn (only a prefix of it written); with
+//! [`SimDisk::set_reorder_unsynced`] off, only a prefix of them, the last one possibly torn. Data of a
+//! file whose entry does not survive is gone with it.
+//!
+//! [`SimDisk::cut_power_after`] freezes the disk after a given number of further calls: every later
+//! call fails with EIO, as a disk without power would, and [`SimDisk::crash`] then starts from the
+//! state at the cut. [`SimDisk::fail`] makes chosen calls fail with EIO, ENOSPC or a short write.
+//! [`SimDisk::set_sync_files`] and [`SimDisk::set_sync_dirs`] turn the syncs into no-ops, to check
+//! that a power-loss suite notices.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use super::{DirLock, SharedBytes, Storage, StorageFile};
+
+/// How a chosen call fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// `EIO`.
+    Io,
+    /// `ENOSPC`.
+    NoSpace,
+    /// An append writes half its bytes and then fails (`WriteZero`); other calls fail with `EIO`.
+    ShortWrite,
+}
+
+const EIO: i32 = 5;
+const ENOSPC: i32 = 28;
+
+#[derive(Debug, Clone)]
+enum Pending {
+    Write { offset: u64, bytes: Vec<u8> },
+    SetLen(u64),
+}
+
+#[derive(Debug, Clone, Default)]
+struct Inode {
+    durable: Vec<u8>,
+    current: Vec<u8>,
+    pending: Vec<Pending>,
+}
+
+impl Inode {
+    fn apply(bytes: &mut Vec<u8>, change: &Pending) {
+        match change {
+            Pending::Write { offset, bytes: data } => {
+                let start = usize::try_from(*offset).unwrap_or(usize::MAX);
+                let end = start.saturating_add(data.len());
+                if bytes.len() < end {
+                    bytes.resize(end, 0);
+                }
+                if let Some(target) = bytes.get_mut(start..end) {
+                    target.copy_from_slice(data);
+                }
+            }
+            Pending::SetLen(len) => bytes.resize(usize::try_from(*len).unwrap_or(usize::MAX), 0),
+        }
+    }
+
+    fn change(&mut self, change: Pending) {
+        Inode::apply(&mut self.current, &change);
+        self.pending.push(change);
+    }
+
+    fn sync(&mut self) {
+        self.durable.clone_from(&self.current);
+        self.pending.clear();
+    }
+
+    /// What survives a power loss.
+    fn crashed(&self, rng: &mut Rng, in_order: bool) -> Vec<u8> {
+        let count = self.pending.len();
+        let kept: Vec<bool> = match rng.below(if in_order { 3 } else { 4 }) {
+            0 => vec![false; count],
+            1 => vec![true; count],
+            2 => {
+                let prefix = rng.below(count as u64 + 1);
+                (0..count).map(|i| (i as u64) < prefix).collect()
+            }
+            _ => (0..count).map(|_| rng.below(2) == 0).collect(),
+        };
+        let torn = if in_order {
+            // Only the last write that reached the disk may be torn.
+            kept.iter()
+                .rposition(|keep| *keep)
+                .filter(|_| rng.below(2) == 0)
+                .map(|i| i as u64)
+        } else if count > 0 && rng.below(2) == 0 {
+            Some(rng.below(count as u64))
+        } else {
+            None
+        };
+        let mut bytes = self.durable.clone();
+        for (position, (change, keep)) in self.pending.iter().zip(kept).enumerate() {
+            if !keep {
+                continue;
+            }
+            match change {
+                Pending::Write { offset, bytes: data } if torn == Some(position as u64) => {
+                    let cut = usize::try_from(rng.below(data.len() as u64 + 1)).unwrap_or(0);
+                    let prefix = Pending::Write {
+                        offset: *offset,
+                        bytes: data.get(..cut).unwrap_or_default().to_vec(),
+                    };
+                    Inode::apply(&mut bytes, &prefix);
+                }
+                other => Inode::apply(&mut bytes, other),
+            }
+        }
+        bytes
+    }
+}
+
+/// One atomic change of directory entries: names set to an inode, or removed (`None`).
+type DirChange = Vec<(String, Option<u64>)>;
+
+#[derive(Debug, Clone, Default)]
+struct Dir {
+    durable: BTreeMap<String, u64>,
+    current: BTreeMap<String, u64>,
+    journal: Vec<DirChange>,
+}
+
+impl Dir {
+    fn change(&mut self, change: DirChange) {
+        for (name, inode) in &change {
+            match inode {
+                Some(inode) => self.current.insert(name.clone(), *inode),
+                None => self.current.remove(name),
+            };
+        }
+        self.journal.push(change);
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct FaultPlan {
+    first: u64,
+    last: u64,
+    fault: Fault,
+}
+
+#[derive(Debug, Default, Clone)]
+struct State {
+    inodes: HashMap<u64, Inode>,
+    next_inode: u64,
+    dirs: BTreeMap<PathBuf, Dir>,
+    locks: HashSet<PathBuf>,
+    /// Calls made so far.
+    calls: u64,
+    /// Calls from this index on fail with EIO: the power is off.
+    power_off_at: Option<u64>,
+    faults: Vec<FaultPlan>,
+    skip_file_syncs: bool,
+    skip_dir_syncs: bool,
+    /// Whether a crash keeps only a prefix of each file's unsynced writes.
+    in_order: bool,
+}
+
+/// Splits a path into its directory and file name.
+fn split(path: &Path) -> io::Result<(PathBuf, String)> {
+    let name = path
+        .file_name()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no file name"))?;
+    let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    Ok((dir, name.to_string_lossy().into_owned()))
+}
+
+fn not_found(path: &Path) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::NotFound,
+        format!("{} not found on the simulated disk", path.display()),
+    )
+}
+
+impl State {
+    /// Counts a call and says whether it must fail, and how.
+    fn enter(&mut self) -> Option<Fault> {
+        let call = self.calls;
+        self.calls += 1;
+        if self.power_off_at.is_some_and(|at| call >= at) {
+            return Some(Fault::Io);
+        }
+        self.faults
+            .iter()
+            .find(|plan| (plan.first..=plan.last).contains(&call))
+            .map(|plan| plan.fault)
+    }
+
+    fn dir(&mut self, dir: &Path) -> io::Result<&mut Dir> {
+        self.dirs.get_mut(dir).ok_or_else(|| not_found(dir))
+    }
+
+    fn lookup(&self, path: &Path) -> io::Result<u64> {
+        let (dir, name) = split(path)?;
+        self.dirs
+            .get(&dir)
+            .and_then(|d| d.current.get(&name))
+            .copied()
+            .ok_or_else(|| not_found(path))
+    }
+
+    fn inode(&mut self, inode: u64) -> io::Result<&mut Inode> {
+        self.inodes
+            .get_mut(&inode)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "stale simulated file handle"))
+    }
+
+    fn create_inode(&mut self, path: &Path) -> io::Result<u64> {
+        let (dir, name) = split(path)?;
+        let inode = self.next_inode;
+        self.next_inode += 1;
+        self.dir(&dir)?.change(vec![(name, Some(inode))]);
+        self.inodes.insert(inode, Inode::default());
+        Ok(inode)
+    }
+}
+
+fn error(fault: Fault) -> io::Error {
+    match fault {
+        Fault::Io | Fault::ShortWrite => io::Error::from_raw_os_error(EIO),
+        Fault::NoSpace => io::Error::from_raw_os_error(ENOSPC),
+    }
+}
+
+/// A deterministic generator (SplitMix64) for the crash choices.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A number in `0..n` (0 when `n` is 0).
+    fn below(&mut self, n: u64) -> u64 {
+        if n == 0 {
+            0
+        } else {
+            self.next() % n
+        }
+    }
+}
+
+/// An in-memory disk that keeps synced and unsynced state apart and can lose power. See the module
+/// documentation for the fault model. Cloning gives another handle on the same disk.
+#[derive(Debug, Clone, Default)]
+pub struct SimDisk {
+    state: Arc<Mutex<State>>,
+}
+
+#[derive(Debug)]
+struct SimFile {
+    state: Arc<Mutex<State>>,
+    inode: u64,
+    path: PathBuf,
+}
+
+#[derive(Debug)]
+struct SimLock {
+    state: Arc<Mutex<State>>,
+    dir: PathBuf,
+}
+
+impl DirLock for SimLock {}
+
+impl Drop for SimLock {
+    fn drop(&mut self) {
+        lock(&self.state).locks.remove(&self.dir);
+    }
+}
+
+fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
+    state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl SimDisk {
+    /// An empty disk.
+    #[must_use]
+    pub fn new() -> SimDisk {
+        SimDisk::default()
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        lock(&self.state)
+    }
+
+    /// Storage calls made so far (every method of the storage and of its files counts one).
+    #[must_use]
+    pub fn calls(&self) -> u64 {
+        self.state().calls
+    }
+
+    /// Lets `calls` more calls through, then cuts the power: every later call fails with EIO and
+    /// changes nothing.
+    pub fn cut_power_after(&self, calls: u64) {
+        let mut state = self.state();
+        state.power_off_at = Some(state.calls.saturating_add(calls));
+    }
+
+    /// Whether the power is off (cut by [`SimDisk::cut_power_after`] or [`SimDisk::crash`]).
+    #[must_use]
+    pub fn is_powered_off(&self) -> bool {
+        let state = self.state();
+        state.power_off_at.is_some_and(|at| state.calls >= at)
+    }
+
+    /// Makes calls number `first..=last` (counted from the disk's creation, as [`SimDisk::calls`])
+    /// fail with `fault`.
+    pub fn fail(&self, first: u64, last: u64, fault: Fault) {
+        self.state().faults.push(FaultPlan { first, last, fault });
+    }
+
+    /// Whether `sync_data` and `sync_all` make data durable (default true). Off, they do nothing.
+    pub fn set_sync_files(&self, on: bool) {
+        self.state().skip_file_syncs = !on;
+    }
+
+    /// Whether `sync_dir` makes directory entries durable (default true). Off, it does nothing.
+    pub fn set_sync_dirs(&self, on: bool) {
+        self.state().skip_dir_syncs = !on;
+    }
+
+    /// Whether a crash may keep any subset of a file's unsynced writes (default true), or only a
+    /// prefix of them, as if they reached the disk in the order they were made.
+    pub fn set_reorder_unsynced(&self, on: bool) {
+        self.state().in_order = !on;
+    }
+
+    /// Cuts the power now (if it was not cut already) and returns the disk as it comes back: what was
+    /// durable at the cut plus what the seed keeps of the rest. This disk stays powered off.
+    #[must_use]
+    pub fn crash(&self, seed: u64) -> SimDisk {
+        self.crash_keeping(Some(seed))
+    }
+
+    /// Cuts the power now (if it was not cut already) and returns the disk with only what was durable:
+    /// every unsynced write and directory change lost.
+    #[must_use]
+    pub fn crash_losing_unsynced(&self) -> SimDisk {
+        self.crash_keeping(None)
+    }
+
+    fn crash_keeping(&self, seed: Option<u64>) -> SimDisk {
+        let mut state = self.state();
+        if state.power_off_at.is_none_or(|at| at > state.calls) {
+            state.power_off_at = Some(state.calls);
+        }
+        let mut rng = Rng(seed.unwrap_or(0));
+        let mut after = State {
+            next_inode: state.next_inode,
+            skip_file_syncs: state.skip_file_syncs,
+            skip_dir_syncs: state.skip_dir_syncs,
+            in_order: state.in_order,
+            ..State::default()
+        };
+        for (path, dir) in &state.dirs {
+            let mut entries = dir.durable.clone();
+            let kept = if seed.is_some() {
+                rng.below(dir.journal.len() as u64 + 1)
+            } else {
+                0
+            };
+            for change in dir.journal.iter().take(usize::try_from(kept).unwrap_or(usize::MAX)) {
+                for (name, inode) in change {
+                    match inode {
+                        Some(inode) => entries.insert(name.clone(), *inode),
+                        None => entries.remove(name),
+                    };
+                }
+            }
+            for inode in entries.values() {
+                if after.inodes.contains_key(inode) {
+                    continue;
+                }
+                let bytes = state
+                    .inodes
+                    .get(inode)
+                    .map(|i| {
+                        if seed.is_some() {
+                            i.crashed(&mut rng, state.in_order)
+                        } else {
+                            i.durable.clone()
+                        }
+                    })
+                    .unwrap_or_default();
+                after.inodes.insert(
+                    *inode,
+                    Inode {
+                        durable: bytes.clone(),
+                        current: bytes,
+                        pending: Vec::new(),
+                    },
+                );
+            }
+            after.dirs.insert(
+                path.clone(),
+                Dir {
+                    durable: entries.clone(),
+                    current: entries,
+                    journal: Vec::new(),
+                },
+            );
+        }
+        SimDisk {
+            state: Arc::new(Mutex::new(after)),
+        }
+    }
+
+    /// An independent copy of the disk as it is now, unsynced state and switches included (open
+    /// locks and fault plans left out).
+    #[must_use]
+    pub fn copy(&self) -> SimDisk {
+        let mut state = self.state().clone();
+        state.locks.clear();
+        state.faults.clear();
+        SimDisk {
+            state: Arc::new(Mutex::new(state)),
+        }
+    }
+
+    /// The names of the files in `dir` as they are now (not counted as a call; for tests).
+    #[must_use]
+    pub fn file_names(&self, dir: &Path) -> Vec<String> {
+        self.state()
+            .dirs
+            .get(dir)
+            .map(|d| d.current.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// The bytes of the file at `path` as they are now (not counted as a call; for tests).
+    #[must_use]
+    pub fn file_bytes(&self, path: &Path) -> Option<Vec<u8>> {
+        let state = self.state();
+        let inode = state.lookup(path).ok()?;
+        state.inodes.get(&inode).map(|i| i.current.clone())
+    }
+
+    /// Replaces the bytes of the file at `path`, durably (not counted as a call; for tests).
+    pub fn set_file_bytes(&self, path: &Path, bytes: Vec<u8>) {
+        let mut state = self.state();
+        if let Ok(inode) = state.lookup(path) {
+            if let Ok(inode) = state.inode(inode) {
+                inode.current = bytes;
+                inode.sync();
+            }
+        }
+    }
+
+    fn open(&self, path: &Path, create: Create) -> io::Result<Box<dyn StorageFile>> {
+        let mut state = self.state();
+        if let Some(fault) = state.enter() {
+            return Err(error(fault));
+        }
+        let inode = match (state.lookup(path), create) {
+            (Ok(_), Create::New) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    format!("{} exists", path.display()),
+                ))
+            }
+            (Ok(inode), Create::Truncate) => {
+                let file = state.inode(inode)?;
+                if !file.current.is_empty() {
+                    file.change(Pending::SetLen(0));
+                }
+                inode
+            }
+            (Ok(inode), Create::No) => inode,
+            (Err(e), Create::No) => return Err(e),
+            (Err(_), Create::New | Create::Truncate) => state.create_inode(path)?,
+        };
+        Ok(Box::new(SimFile {
+            state: Arc::clone(&self.state),
+            inode,
+            path: path.to_path_buf(),
+        }))
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Create {
+    No,
+    New,
+    Truncate,
+}
+
+impl SimFile {
+    fn enter(&self) -> (MutexGuard<'_, State>, Option<Fault>) {
+        let mut state = lock(&self.state);
+        let fault = state.enter();
+        (state, fault)
+    }
+}
+
+impl StorageFile for SimFile {
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        let (mut state, fault) = self.enter();
+        if let Some(fault) = fault {
+            return Err(error(fault));
+        }
+        let bytes = &state.inode(self.inode)?.current;
+        let start = usize::try_from(offset).unwrap_or(usize::MAX);
+        let source = bytes
+            .get(start..start.saturating_add(buf.len()))
+            .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, format!("reading {}", self.path.display())))?;
+        buf.copy_from_slice(source);
+        Ok(())
+    }
+
+    fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
+        let (mut state, fault) = self.enter();
+        let file = state.inode(self.inode)?;
+        let offset = file.current.len() as u64;
+        match fault {
+            None => {
+                file.change(Pending::Write {
+                    offset,
+                    bytes: bytes.to_vec(),
+                });
+                Ok(())
+            }
+            Some(Fault::ShortWrite) => {
+                let half = bytes.get(..bytes.len() / 2).unwrap_or_default().to_vec();
+                file.change(Pending::Write { offset, bytes: half });
+                Err(io::Error::new(
+                    io::ErrorKind::WriteZero,
+                    "short write on the simulated disk",
+                ))
+            }
+            Some(fault) => Err(error(fault)),
+        }
+    }
+
+    fn sync_data(&mut self) -> io::Result<()> {
+        let (mut state, fault) = self.enter();
+        if let Some(fault) = fault {
+            return Err(error(fault));
+        }
+        let skip = state.skip_file_syncs;
+        let file = state.inode(self.inode)?;
+        if !skip {
+            file.sync();
+        }
+        Ok(())
+    }
+
+    fn sync_all(&mut self) -> io::Result<()> {
+        self.sync_data()
+    }
+
+    fn set_len(&mut self, len: u64) -> io::Result<()> {
+        let (mut state, fault) = self.enter();
+        if let Some(fault) = fault {
+            return Err(error(fault));
+        }
+        state.inode(self.inode)?.change(Pending::SetLen(len));
+        Ok(())
+    }
+
+    fn map(&self) -> io::Result<SharedBytes> {
+        let (mut state, fault) = self.enter();
+        if let Some(fault) = fault {
+            return Err(error(fault));
+        }
+        let bytes: Arc<[u8]> = state.inode(self.inode)?.current.as_slice().into();
+        Ok(SharedBytes::new(bytes))
+    }
+}
+
+impl Storage for SimDisk {
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        let mut state = self.state();
+        if let Some(fault) = state.enter() {
+            return Err(error(fault));
+        }
+        // Directories themselves are durable at once: the store never creates one it relies on
+        // surviving without having written into it.
+        state.dirs.entry(dir.to_path_buf()).or_default();
+        Ok(())
+    }
+
+    fn try_lock(&self, dir: &Path) -> io::Result<Option<Box<dyn DirLock>>> {
+        let mut state = self.state();
+        if let Some(fault) = state.enter() {
+            return Err(error(fault));
+        }
+        state.dir(dir)?;
+        if !state.locks.insert(dir.to_path_buf()) {
+            return Ok(None);
+        }
+        Ok(Some(Box::new(SimLock {
+            state: Arc::clone(&self.state),
+            dir: dir.to_path_buf(),
+        })))
+    }
+
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
+        let mut state = self.state();
+        if let Some(fault) = state.enter() {
+            return Err(error(fault));
+        }
+        Ok(state.dir(dir)?.current.keys().cloned().collect())
+    }
+
+    fn len(&self, path: &Path) -> io::Result<u64> {
+        let mut state = self.state();
+        if let Some(fault) = state.enter() {
+            return Err(error(fault));
+        }
+        let inode = state.lookup(path)?;
+        Ok(state.inode(inode)?.current.len() as u64)
+    }
+
+    fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
+        let mut state = self.state();
+        if let Some(fault) = state.enter() {
+            return Err(error(fault));
+        }
+        let inode = state.lookup(path)?;
+        Ok(state.inode(inode)?.current.clone())
+    }
+
+    fn open_read(&self, path: &Path) -> io::Result<Box<dyn StorageFile>> {
+        self.open(path, Create::No)
+    }
+
+    fn open_append(&self, path: &Path) -> io::Result<Box<dyn StorageFile>> {
+        self.open(path, Create::No)
+    }
+
+    fn create_new(&self, path: &Path) -> io::Result<Box<dyn StorageFile>> {
+        self.open(path, Create::New)
+    }
+
+    fn create(&self, path: &Path) -> io::Result<Box<dyn StorageFile>> {
+        self.open(path, Create::Truncate)
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        let mut state = self.state();
+        if let Some(fault) = state.enter() {
+            return Err(error(fault));
+        }
+        let inode = state.lookup(from)?;
+        let (from_dir, from_name) = split(from)?;
+        let (to_dir, to_name) = split(to)?;
+        if from_dir != to_dir {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "the simulated disk renames within one directory",
+            ));
+        }
+        state
+            .dir(&from_dir)?
+            .change(vec![(to_name, Some(inode)), (from_name, None)]);
+        Ok(())
+    }
+
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        let mut state = self.state();
+        if let Some(fault) = state.enter() {
+            return Err(error(fault));
+        }
+        state.lookup(path)?;
+        let (dir, name) = split(path)?;
+        state.dir(&dir)?.change(vec![(name, None)]);
+        Ok(())
+    }
+
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        let mut state = self.state();
+        if let Some(fault) = state.enter() {
+            return Err(error(fault));
+        }
+        let skip = state.skip_dir_syncs;
+        let entries = state.dir(dir)?;
+        if !skip {
+            entries.durable.clone_from(&entries.current);
+            entries.journal.clear();
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DIR: &str = "/d";
+
+    fn disk_with_dir() -> SimDisk {
+        let disk = SimDisk::new();
+        disk.create_dir_all(Path::new(DIR)).unwrap();
+        disk
+    }
+
+    fn path(name: &str) -> PathBuf {
+        Path::new(DIR).join(name)
+    }
+
+    #[test]
+    fn synced_data_and_entries_survive_every_crash() {
+        let disk = disk_with_dir();
+        let mut file = disk.create_new(&path("a")).unwrap();
+        file.append(b"hello").unwrap();
+        file.sync_data().unwrap();
+        disk.sync_dir(Path::new(DIR)).unwrap();
+        file.append(b" world").unwrap();
+        for seed in 0..200 {
+            let after = disk.crash(seed);
+            let bytes = after.read(&path("a")).unwrap();
+            assert!(bytes.starts_with(b"hello"), "seed {seed}: {bytes:?}");
+            assert!(b"hello world".starts_with(&bytes), "seed {seed}: {bytes:?}");
+        }
+        assert_eq!(disk.crash_losing_unsynced().read(&path("a")).unwrap(), b"hello");
+    }
+
+    #[test]
+    fn unsynced_entries_roll_back() {
+        let disk = disk_with_dir();
+        let mut file = disk.create(&path("old")).unwrap();
+        file.append(b"old").unwrap();
+        file.sync_all().unwrap();
+        disk.sync_dir(Path::new(DIR)).unwrap();
+        let mut tmp = disk.create(&path("new.tmp")).unwrap();
+        tmp.append(b"new").unwrap();
+        tmp.sync_all().unwrap();
+        disk.rename(&path("new.tmp"), &path("old")).unwrap();
+        let lost = disk.crash_losing_unsynced();
+        assert_eq!(lost.file_names(Path::new(DIR)), vec!["old".to_string()]);
+        assert_eq!(lost.read(&path("old")).unwrap(), b"old");
+        // A crash keeps a prefix of the directory's changes: the rename is whole or absent.
+        let mut seen = HashSet::new();
+        for seed in 0..100 {
+            let after = disk.crash(seed);
+            let names = after.file_names(Path::new(DIR));
+            let old = after.read(&path("old")).unwrap();
+            seen.insert((names.clone(), old.clone()));
+            assert!(
+                (names == ["new.tmp", "old"] && old == b"old")
+                    || (names == ["old"] && (old == b"old" || old == b"new")),
+                "seed {seed}: {names:?} {old:?}"
+            );
+        }
+        assert_eq!(seen.len(), 3, "every prefix of the changes happens for some seed");
+        assert!(disk.remove(&path("old")).is_err(), "a crashed disk stays powered off");
+    }
+
+    #[test]
+    fn power_cut_and_faults_fail_calls() {
+        let disk = disk_with_dir();
+        let mut file = disk.create_new(&path("a")).unwrap();
+        let next = disk.calls();
+        disk.fail(next, next, Fault::NoSpace);
+        assert_eq!(file.append(b"abcd").unwrap_err().raw_os_error(), Some(ENOSPC));
+        disk.fail(next + 1, next + 1, Fault::ShortWrite);
+        assert_eq!(file.append(b"abcd").unwrap_err().kind(), io::ErrorKind::WriteZero);
+        assert_eq!(disk.read(&path("a")).unwrap(), b"ab");
+        disk.cut_power_after(1);
+        assert!(!disk.is_powered_off());
+        file.sync_data().unwrap();
+        assert!(disk.is_powered_off());
+        assert_eq!(file.append(b"x").unwrap_err().raw_os_error(), Some(EIO));
+        assert!(disk.sync_dir(Path::new(DIR)).is_err());
+    }
+
+    #[test]
+    fn switched_off_syncs_keep_nothing() {
+        let disk = disk_with_dir();
+        disk.set_sync_files(false);
+        disk.set_sync_dirs(false);
+        let mut file = disk.create_new(&path("a")).unwrap();
+        file.append(b"data").unwrap();
+        file.sync_all().unwrap();
+        disk.sync_dir(Path::new(DIR)).unwrap();
+        assert!(disk.crash_losing_unsynced().file_names(Path::new(DIR)).is_empty());
+    }
+}
