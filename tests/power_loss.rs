@@ -533,7 +533,7 @@ fn compaction_never_outlives_the_log_that_superseded_what_it_reclaims() {
     let run = |cut: u64| -> (SimDisk, bool) {
         let disk = SimDisk::new();
         let store = open(&disk, Durability::Never).expect("open");
-        let text = "x".repeat(900);
+        let text = common::incompressible("fill", 900);
         store
             .add([common::item("doc-x", common::NOW, "1", json!({ "text": text }))])
             .expect("add");
