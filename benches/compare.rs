@@ -35,7 +35,7 @@ const THREADS: u64 = 8;
 // Workload W1: see benches/w1/mod.rs.
 
 mod w1;
-use w1::{item, mix, BASE_TS, TYPES};
+use w1::{item, mix, peak_rss_kib, BASE_TS, TYPES};
 
 // ---------------------------------------------------------------------------------------------
 
@@ -617,17 +617,6 @@ impl Engine for Fjall {
 
 // ---------------------------------------------------------------------------------------------
 // Measuring.
-
-fn peak_rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
-        .unwrap_or(0)
-}
 
 /// (apparent bytes, allocated bytes) of every file under `dir`.
 fn dir_bytes(dir: &Path) -> (u64, u64) {

@@ -12,18 +12,7 @@ use ctxlog::{ContextQuery, Durability, ManualClock, Options, Store, TimeRange};
 #[path = "../benches/w1/mod.rs"]
 mod w1;
 
-use w1::item;
-
-fn peak_rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
-        .unwrap_or(0)
-}
+use w1::{item, peak_rss_kib};
 
 /// Sequential write bandwidth of the disk under `dir`: 256 MiB in 4 MiB writes, then fdatasync.
 fn disk_write_mb_per_s(dir: &std::path::Path) -> std::io::Result<f64> {

@@ -81,3 +81,15 @@ pub fn item(n: u64) -> ContextItem {
     }
     item.with_hash(hex)
 }
+
+/// The process's peak resident set size (VmHWM), in KiB; 0 where /proc does not tell.
+pub fn peak_rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
