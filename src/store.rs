@@ -689,16 +689,15 @@ impl Store {
     }
 
     /// A view restricted to session `session_id`: it reads only that session's scope and the global
-    /// ones, and writes only its own scope and `GlobalWritable`.
-    ///
-    /// # Errors
-    /// `Invalid` if `session_id` does not follow the id rules.
-    pub fn session(&self, session_id: &str) -> Result<SessionView> {
-        validate_name("session_id", session_id)?;
-        Ok(SessionView {
+    /// ones, and writes only its own scope and `GlobalWritable`. A session id that breaks the id rules
+    /// can own nothing: writes to its scope are refused as `Invalid` (field `session_id`), and its reads
+    /// see only the global scopes.
+    #[must_use]
+    pub fn session(&self, session_id: &str) -> SessionView {
+        SessionView {
             store: self.clone(),
             session: Arc::from(session_id),
-        })
+        }
     }
 
     /// Figures about the store.

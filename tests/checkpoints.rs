@@ -102,7 +102,7 @@ fn state(store: &Store, ids: &[String]) -> State {
         .newest_first();
     let typed = serde_json::to_string(&store.get(&typed_query).expect("typed get")).expect("json");
     let resolved = serde_json::to_string(&store.resolve(&refs).expect("resolve")).expect("json");
-    let session = store.session("s1").expect("session");
+    let session = store.session("s1");
     let sessions = serde_json::to_string(&(
         session.get(&ContextQuery::new()).expect("session get"),
         session.resolve(&refs).expect("session resolve"),
@@ -232,12 +232,7 @@ fn build(dir: &Path, clock: &Arc<ManualClock>) -> Built {
         }))
         .expect("add clauses");
     store.pin_snapshot("early").expect("pin early");
-    store
-        .session("s1")
-        .expect("session")
-        .snapshot()
-        .pin("s1-early")
-        .expect("pin s1");
+    store.session("s1").snapshot().pin("s1-early").expect("pin s1");
     for n in (0..80).step_by(4) {
         store.add([varied(n, "2")]).expect("add v2");
     }

@@ -681,7 +681,7 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
                 let expected = model.add(&items, *view, step);
                 let actual = match view {
                     None => s.add(items),
-                    Some(session) => s.session(session).map_err(|e| fail("session", e))?.add(items),
+                    Some(session) => s.session(session).add(items),
                 };
                 match (expected, actual) {
                     (Ok(expected), Ok(actual)) => {
@@ -731,7 +731,7 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
                 let expected = model.get(query, *view, now);
                 let actual = match view {
                     None => s.get(&query.query()),
-                    Some(session) => s.session(session).map_err(|e| fail("session", e))?.get(&query.query()),
+                    Some(session) => s.session(session).get(&query.query()),
                 }
                 .map_err(|e| fail("get", e))?;
                 prop_assert_eq!(actual, expected, "step {}: get", step);
@@ -741,7 +741,7 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
                 let texts: Vec<String> = refs.iter().map(ref_text).collect();
                 let actual = match view {
                     None => s.resolve(&texts),
-                    Some(session) => s.session(session).map_err(|e| fail("session", e))?.resolve(&texts),
+                    Some(session) => s.session(session).resolve(&texts),
                 }
                 .map_err(|e| fail("resolve", e))?;
                 prop_assert_eq!(actual, expected, "step {}: resolve", step);
@@ -749,7 +749,7 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
             Op::Snapshot { view } => {
                 let snapshot = match view {
                     None => s.snapshot(),
-                    Some(session) => s.session(session).map_err(|e| fail("session", e))?.snapshot(),
+                    Some(session) => s.session(session).snapshot(),
                 };
                 prop_assert_eq!(snapshot.taken_at(), now, "step {}: taken_at", step);
                 prop_assert_eq!(snapshot.session(), *view, "step {}: snapshot session", step);
@@ -816,7 +816,7 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
                 let seq_before = s.stats().seq;
                 let result = match view {
                     None => s.pin_snapshot(name),
-                    Some(session) => s.session(session).map_err(|e| fail("session", e))?.snapshot().pin(name),
+                    Some(session) => s.session(session).snapshot().pin(name),
                 };
                 if pins.contains_key(name) {
                     prop_assert!(

@@ -193,7 +193,6 @@ fn pinned_snapshots_answer_identically_through_churn_compaction_and_reopen() {
     assert_eq!(info.seq, same_state.seq(), "a fresh pin is of the current seq");
     let s1_info = store
         .session("s1")
-        .expect("session")
         .snapshot()
         .pin("s1-audit")
         .expect("pin through a session");

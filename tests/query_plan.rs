@@ -101,7 +101,7 @@ fn one_type_in_a_narrow_window_walks_the_type_index() {
 #[test]
 fn a_session_view_without_types_walks_the_scope_index() {
     let (_dir, store, items) = build();
-    let s1 = store.session("s1").expect("session");
+    let s1 = store.session("s1");
     let visible = |it: &ContextItem| match &it.scope {
         Scope::Session(owner) => owner == "s1",
         _ => true,
@@ -176,12 +176,7 @@ fn entries_examined_accumulates_over_queries() {
         assert!(stats.examined > 0);
         examined += stats.examined;
     }
-    let session_stats = store
-        .session("s3")
-        .expect("session")
-        .get_with_stats(&queries[1])
-        .expect("get")
-        .1;
+    let session_stats = store.session("s3").get_with_stats(&queries[1]).expect("get").1;
     examined += session_stats.examined;
     // get (without stats) counts too.
     let plain = store.get(&queries[0]).expect("get");

@@ -82,7 +82,7 @@ fn queries() -> Vec<ContextQuery> {
 #[test]
 fn a_session_never_reads_another_sessions_items() {
     let (_dir, store, items) = populated();
-    let s1 = store.session("s1").expect("session");
+    let s1 = store.session("s1");
     let allowed = visible_to(&items, "s1");
     let s2_ids: BTreeSet<String> = items
         .iter()
@@ -120,7 +120,7 @@ fn a_session_never_reads_another_sessions_items() {
 #[test]
 fn another_sessions_item_resolves_like_a_nonexistent_id() {
     let (_dir, store, items) = populated();
-    let s1 = store.session("s1").expect("session");
+    let s1 = store.session("s1");
     let theirs = items
         .iter()
         .find(|it| it.scope == s("s2"))
@@ -165,7 +165,7 @@ fn another_sessions_item_resolves_like_a_nonexistent_id() {
         Resolution::Found(_)
     ));
     // And s2 finds it, but not s1's item.
-    let s2 = store.session("s2").expect("session");
+    let s2 = store.session("s2");
     let from_s2 = s2.resolve([theirs.as_str(), mine.id.as_str()]).expect("resolve");
     assert!(matches!(from_s2[0], Resolution::Found(_)));
     assert_eq!(
@@ -179,7 +179,7 @@ fn another_sessions_item_resolves_like_a_nonexistent_id() {
 #[test]
 fn writing_another_sessions_scope_or_global_readonly_is_denied_and_writes_nothing() {
     let (_dir, store, items) = populated();
-    let s1 = store.session("s1").expect("session");
+    let s1 = store.session("s1");
     for (position, forbidden) in [(2usize, s("s2")), (0, Scope::GlobalReadonly), (3, s("S1"))] {
         let seq = store.stats().seq;
         let versions = store.stats().versions;
@@ -211,7 +211,7 @@ fn writing_another_sessions_scope_or_global_readonly_is_denied_and_writes_nothin
 #[test]
 fn a_session_writes_its_own_scope_and_global_writable() {
     let (_dir, store, items) = populated();
-    let s1 = store.session("s1").expect("session");
+    let s1 = store.session("s1");
     let own = scoped("s1_new", 900, "tool_result", s("s1"));
     let shared = scoped("shared_new", 901, "tool_result", Scope::GlobalWritable);
     let outcomes = s1.add([own.clone(), shared.clone()]).expect("allowed writes");
@@ -224,7 +224,7 @@ fn a_session_writes_its_own_scope_and_global_writable() {
         s1.get(&recent).expect("get"),
         vec![stored_form(&own), stored_form(&shared)]
     );
-    let s2 = store.session("s2").expect("session");
+    let s2 = store.session("s2");
     assert_eq!(s2.get(&recent).expect("get"), vec![stored_form(&shared)]);
     assert_eq!(
         store.get(&recent).expect("get"),
@@ -236,14 +236,13 @@ fn a_session_writes_its_own_scope_and_global_writable() {
 #[test]
 fn session_snapshots_keep_their_sessions_visibility() {
     let (_dir, store, items) = populated();
-    let s1 = store.session("s1").expect("session");
+    let s1 = store.session("s1");
     let snap = s1.snapshot();
     assert_eq!(snap.session(), Some("s1"));
     let theirs = items.iter().find(|it| it.scope == s("s2")).expect("s2 item").id.clone();
     // Later writes by s2 and the store do not show up, and s2's items never do.
     store
         .session("s2")
-        .expect("session")
         .add([scoped("s2_late", 999, "message", s("s2"))])
         .expect("s2 writes");
     store
@@ -287,4 +286,40 @@ fn the_store_handle_sees_every_scope() {
     for (item, resolution) in items.iter().zip(&resolved) {
         assert_eq!(found(resolution), &stored_form(item));
     }
+}
+
+#[test]
+fn a_session_id_that_breaks_the_id_rules_owns_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(dir.path()).expect("open");
+    let bad = store.session("bad id");
+    let own = ContextItem::new(
+        "b1",
+        "message",
+        serde_json::json!(1),
+        "src",
+        1,
+        "1",
+        Scope::Session("bad id".into()),
+    );
+    match bad.add([own]) {
+        Err(Error::Invalid { field, index, .. }) => {
+            assert_eq!(field, "session_id");
+            assert_eq!(index, Some(0));
+        }
+        other => panic!("expected Invalid session_id, got {other:?}"),
+    }
+    let global = ContextItem::new(
+        "g1",
+        "message",
+        serde_json::json!(2),
+        "src",
+        1,
+        "1",
+        Scope::GlobalWritable,
+    );
+    bad.add([global]).expect("a global write is allowed");
+    let seen = bad.get(&ContextQuery::new()).expect("get");
+    assert_eq!(seen.iter().map(|i| i.id.as_str()).collect::<Vec<_>>(), ["g1"]);
+    assert_eq!(store.stats().items, 1, "nothing of the refused batch was written");
 }

@@ -514,7 +514,7 @@ fn demo(dir: Option<PathBuf>) -> Fallible<()> {
                 .scopes([Scope::Session("s2".into())]),
             "message of s2",
         )?;
-        let s1 = store.session("s1").context("opening session s1")?;
+        let s1 = store.session("s1");
         let seen = s1.get(&ContextQuery::new().types(["message"])).context("session get")?;
         let own_only = seen.iter().all(|item| item.scope == Scope::Session("s1".into()));
         let through_s1 = s1.resolve([other.id.as_str()]).context("session resolve")?;
