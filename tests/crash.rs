@@ -6,11 +6,13 @@
 //! `verify()` finds the store sound. The same store is carried through every iteration, so recovery
 //! from one crash is itself crashed into by the next child.
 
+mod common;
+
 use std::collections::{BTreeMap, HashSet};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -379,32 +381,15 @@ fn sigkill_never_loses_acknowledged_batches() {
     for run in 0..iterations {
         let delay = Duration::from_millis(Rng::new(0xC0FF_EE00 ^ run).range(5, 60));
         let spawned = Instant::now();
-        let mut child = Command::new(&exe)
+        let mut command = Command::new(&exe);
+        command
             .args(["--exact", CHILD_TEST, "--nocapture", "--test-threads=1"])
             .env(CHILD_DIR_ENV, dir.path())
-            .env(CHILD_RUN_ENV, run.to_string())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawning the child");
-        let stdout = child.stdout.take().expect("child stdout");
-        let mut stderr = child.stderr.take().expect("child stderr");
-        let acks = std::thread::spawn(move || read_acks(stdout));
-        let errors = std::thread::spawn(move || {
-            let mut text = String::new();
-            let _ = stderr.read_to_string(&mut text);
-            text
-        });
-
-        std::thread::sleep(delay.saturating_sub(spawned.elapsed()));
-        let early = child.try_wait().expect("polling the child");
-        child.kill().expect("killing the child");
-        let status = child.wait().expect("waiting for the child");
-        let acks = acks.join().expect("ack reader");
-        let errors = errors.join().expect("stderr reader");
+            .env(CHILD_RUN_ENV, run.to_string());
+        let killed = common::run_until_killed(command, spawned, delay, read_acks);
+        let (acks, errors, early, status) = (killed.output, killed.stderr, killed.ended_early, killed.status);
         assert!(
-            early.is_none() && status.signal() == Some(SIGKILL),
+            !early && status.signal() == Some(SIGKILL),
             "run {run}: the child ended by itself ({status}) instead of being killed after {delay:?}; stderr:\n{errors}"
         );
 

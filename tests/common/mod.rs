@@ -96,3 +96,51 @@ pub fn incompressible(seed: &str, len: usize) -> String {
         })
         .collect()
 }
+
+/// What a child process (a test binary re-executed) left when it was killed.
+pub struct Killed<T> {
+    /// What `read` made of its standard output.
+    pub output: T,
+    /// Its standard error.
+    pub stderr: String,
+    /// Whether it had already ended by itself before the kill.
+    pub ended_early: bool,
+    /// How it ended.
+    pub status: std::process::ExitStatus,
+}
+
+/// Spawns `command` with piped output, SIGKILLs it once `delay` has passed since `spawned`, and
+/// returns what `read` made of its standard output (read on a thread of its own) and its stderr.
+pub fn run_until_killed<T: Send + 'static>(
+    mut command: std::process::Command,
+    spawned: std::time::Instant,
+    delay: std::time::Duration,
+    read: impl FnOnce(std::process::ChildStdout) -> T + Send + 'static,
+) -> Killed<T> {
+    use std::io::Read;
+    use std::process::Stdio;
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning the child");
+    let stdout = child.stdout.take().expect("child stdout");
+    let mut stderr = child.stderr.take().expect("child stderr");
+    let output = std::thread::spawn(move || read(stdout));
+    let errors = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        text
+    });
+    std::thread::sleep(delay.saturating_sub(spawned.elapsed()));
+    let ended_early = child.try_wait().expect("polling the child").is_some();
+    child.kill().expect("killing the child");
+    let status = child.wait().expect("waiting for the child");
+    Killed {
+        output: output.join().expect("stdout reader"),
+        stderr: errors.join().expect("stderr reader"),
+        ended_early,
+        status,
+    }
+}
