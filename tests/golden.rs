@@ -137,6 +137,11 @@ fn sha256_hex(bytes: &[u8]) -> String {
     })
 }
 
+/// m1's second version: content long and repetitive enough to be stored compressed.
+fn m1_v2_content() -> serde_json::Value {
+    json!({"role": "user", "b": "edited again and again, ".repeat(12)})
+}
+
 fn compacted_fixture_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/format-v1-compacted")
 }
@@ -149,7 +154,8 @@ fn write_compacted(dir: &Path) {
     let m1 = &golden_items()[1];
     let mut m1_v2 = m1.clone();
     m1_v2.version = "v2".into();
-    m1_v2.content = json!({"role": "user", "b": "edited"});
+    // Long and repetitive: stored LZ4-compressed, so the fixture pins that encoding too.
+    m1_v2.content = m1_v2_content();
     store.add([m1_v2]).expect("m1 v2");
     let expired = ContextItem::new(
         "tmp1",
@@ -228,8 +234,16 @@ fn this_build_writes_the_golden_compacted_store_and_checkpoint() {
             panic!("{name}: the encoding changed at byte {at}");
         }
     }
-    // The rewritten segment says so in its header.
+    // m1@v2's put record has the LZ4 flag (bit 2 of the body's first byte).
     let segment = &golden[0].1;
+    let at = segment
+        .windows(5)
+        .rposition(|w| w == b"\x02m1\x07m")
+        .expect("m1@v2 record");
+    // The id follows the fixed part of the body: flags, scope, timestamp, ttl, confidence, hash.
+    let body = at - (1 + 1 + 8 + 8 + 8 + 32);
+    assert_eq!(segment[body] & 4, 4, "m1@v2 is stored compressed");
+    // The rewritten segment says so in its header.
     assert_eq!(
         u32::from_le_bytes(segment[24..28].try_into().expect("4 bytes")),
         1,
@@ -258,7 +272,7 @@ fn the_golden_compacted_store_opens_from_its_checkpoint_and_by_full_replay() {
         let live = store
             .resolve(["m1", "m1@v1", "tmp1", "old", "old@1", "cl_1.2"])
             .expect("resolve");
-        assert!(matches!(&live[0], Resolution::Found(item) if item.version == "v2"));
+        assert!(matches!(&live[0], Resolution::Found(item) if item.version == "v2" && item.content == m1_v2_content()));
         assert!(matches!(&live[1], Resolution::Superseded { latest, .. } if latest.version == "v2"));
         assert_eq!(
             live[2],
