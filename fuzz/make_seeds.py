@@ -2,7 +2,7 @@
 """Writes the committed seed inputs of every fuzz target into fuzz/seeds/<target>/.
 
 Binary seeds are cut from the golden stores in tests/fixtures/ (format-v1 and
-format-v1-compacted); text seeds are written out here. Run from anywhere:
+format-v1-checkpoint-v2); text seeds are written out here. Run from anywhere:
     python3 fuzz/make_seeds.py
 """
 import os
@@ -41,9 +41,9 @@ def frames(segment):
 
 
 plain = read("format-v1", "00000001.seg")
-compacted1 = read("format-v1-compacted", "00000001.seg")
-compacted2 = read("format-v1-compacted", "00000002.seg")
-checkpoint = read("format-v1-compacted", "checkpoint-00000000000000000009.idx")
+compacted1 = read("format-v1-checkpoint-v2", "00000001.seg")
+compacted2 = read("format-v1-checkpoint-v2", "00000002.seg")
+checkpoint = read("format-v1-checkpoint-v2", "checkpoint-00000000000000000009.idx")
 
 # decode_frame: every frame of both golden stores.
 for store, segment in (("v1", plain), ("compacted", compacted1)):

@@ -10,7 +10,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::index::{Index, Interner, Location, PinInfo, VersionEntry, VersionState, NEVER_EXPIRES, SEQ_OPEN};
+use crate::index::{
+    ChunkVec, Index, Interner, KeySet, Location, PinInfo, VersionEntry, VersionState, NO_SLOT, SEQ_OPEN,
+};
 use crate::item::{Scope, TypeSpec};
 use crate::log::record::Cursor;
 use crate::log::writer::sync_dir;
@@ -20,12 +22,11 @@ use crate::store::Shared;
 /// The magic bytes that open every checkpoint file.
 const CHECKPOINT_MAGIC: [u8; 8] = *b"CTXLOGCP";
 /// The checkpoint format version this build writes and reads.
-const CHECKPOINT_VERSION: u32 = 1;
+const CHECKPOINT_VERSION: u32 = 2;
 /// Bytes of the checkpoint header: magic, version, reserved, seq, body length.
 const CHECKPOINT_HEADER_BYTES: usize = 8 + 4 + 4 + 8 + 8;
-/// Bytes one version takes at the least (a retired one with one-byte varints), for bounding counts
-/// before allocating.
-const VERSION_BYTES_MIN: usize = 1 + 2 + 32 + 1 + 4;
+/// Bytes of one version in the version table.
+const VERSION_BYTES: usize = 68;
 
 /// The file name of a checkpoint as of `seq`; the digits sort like the numbers.
 pub(crate) fn checkpoint_file_name(seq: u64) -> String {
@@ -85,9 +86,13 @@ fn put_count(out: &mut Vec<u8>, n: usize) {
     out.extend_from_slice(&u32::try_from(n).unwrap_or(u32::MAX).to_le_bytes());
 }
 
+/// State byte of a version in the version table.
+const STATE_STORED: u8 = 0;
+const STATE_RETIRED: u8 = 1;
+
 /// Encodes the index, as of its sequence number, with the segments it points into.
 pub(crate) fn encode(index: &Index, segments: &[SegmentMark]) -> Vec<u8> {
-    let mut body = Vec::with_capacity(64 + index.slots.len() * (VERSION_BYTES_MIN + 8));
+    let mut body = Vec::with_capacity(64 + index.slots.len() * (VERSION_BYTES + 32) + index.id_count() * 16);
     put_count(&mut body, segments.len());
     for mark in segments {
         body.extend_from_slice(&mark.number.to_le_bytes());
@@ -132,15 +137,50 @@ pub(crate) fn encode(index: &Index, segments: &[SegmentMark]) -> Vec<u8> {
     for source in index.sources.values() {
         put_u16_str(&mut body, source);
     }
-    put_count(&mut body, index.ids.len());
-    for entry in &index.ids {
-        put_u8_str(&mut body, &entry.name);
-        body.extend_from_slice(&entry.deletes.to_le_bytes());
-        let versions: Vec<&VersionEntry> = entry.versions.iter().filter_map(|slot| index.slot(*slot)).collect();
-        put_count(&mut body, versions.len());
-        for version in versions {
-            encode_version(&mut body, version);
+    put_count(&mut body, index.id_count());
+    let ids = u32::try_from(index.id_count()).unwrap_or(u32::MAX);
+    for id in 0..ids {
+        put_u8_str(&mut body, index.id_name(id));
+    }
+    let deleted: Vec<(u32, u32)> = (0..ids)
+        .filter_map(|id| index.id_at(id).filter(|e| e.deletes > 0).map(|e| (id, e.deletes)))
+        .collect();
+    put_count(&mut body, deleted.len());
+    for (id, deletes) in deleted {
+        body.extend_from_slice(&id.to_le_bytes());
+        body.extend_from_slice(&deletes.to_le_bytes());
+    }
+    // Forgotten slots are left out: the numbers written are the kept slots' ranks.
+    let mut renumber = Vec::with_capacity(index.slots.len());
+    let mut kept = 0u32;
+    for version in index.slots.iter() {
+        if version.state == VersionState::Forgotten {
+            renumber.push(NO_SLOT);
+        } else {
+            renumber.push(kept);
+            kept += 1;
         }
+    }
+    body.extend_from_slice(&kept.to_le_bytes());
+    for version in index.slots.iter().filter(|v| v.state != VersionState::Forgotten) {
+        encode_version(&mut body, version);
+    }
+    let put_set = |body: &mut Vec<u8>, set: &KeySet| {
+        let slots = set.sorted_slots(&index.slots);
+        put_count(body, slots.len());
+        for slot in slots {
+            let number = renumber.get(usize::try_from(slot).unwrap_or(usize::MAX)).copied();
+            body.extend_from_slice(&number.unwrap_or(NO_SLOT).to_le_bytes());
+        }
+    };
+    put_set(&mut body, &index.by_time);
+    put_count(&mut body, index.by_type.len());
+    for set in &index.by_type {
+        put_set(&mut body, set);
+    }
+    put_count(&mut body, index.by_scope.len());
+    for set in &index.by_scope {
+        put_set(&mut body, set);
     }
     let mut out = Vec::with_capacity(CHECKPOINT_HEADER_BYTES + body.len() + 4);
     out.extend_from_slice(&CHECKPOINT_MAGIC);
@@ -154,113 +194,83 @@ pub(crate) fn encode(index: &Index, segments: &[SegmentMark]) -> Vec<u8> {
     out
 }
 
-/// State byte of a version: what is stored, and whether it expires.
-const STATE_STORED: u8 = 0;
-const STATE_RETIRED: u8 = 1;
-const STATE_EXPIRES: u8 = 0x80;
-
-fn put_varint(out: &mut Vec<u8>, mut value: u64) {
-    while value >= 0x80 {
-        out.push((value & 0x7f) as u8 | 0x80);
-        value >>= 7;
-    }
-    out.push(value as u8);
-}
-
-fn get_varint(c: &mut Cursor<'_>, what: &str) -> Result<u64, String> {
-    let mut value = 0u64;
-    for shift in (0..64).step_by(7) {
-        let byte = c.u8(what).map_err(|e| e.0)?;
-        let low = u64::from(byte & 0x7f);
-        if shift == 63 && low > 1 {
-            return Err(format!("{what} overflows 64 bits"));
-        }
-        value |= low << shift;
-        if byte & 0x80 == 0 {
-            return Ok(value);
-        }
-    }
-    Err(format!("{what} is longer than 10 bytes"))
-}
-
-fn zigzag(value: i64) -> u64 {
-    ((value << 1) ^ (value >> 63)) as u64
-}
-
-fn unzigzag(value: u64) -> i64 {
-    ((value >> 1) as i64) ^ -((value & 1) as i64)
-}
-
-/// One version: state byte; seq_created; 0 (open) or seq_ended - seq_created + 1; hash; version;
-/// segment, offset, length; generation; and for a stored version its timestamp (zigzag), its expiry
-/// as a zigzag delta from the timestamp when the state byte says it expires, and its type, scope and
-/// source numbers. Every integer but the hash and the state byte is a LEB128 varint.
+/// One version, 68 bytes: seq_created u64, seq_ended u64 (u64::MAX while open), timestamp i64,
+/// expires_at i64 (i64::MAX for never), segment, offset, length, id, generation, version tag, scope,
+/// source (u32 each), type u16, state u8, a zero byte.
 fn encode_version(body: &mut Vec<u8>, version: &VersionEntry) {
-    let stored = version.is_stored();
-    let expires = stored && version.expires_at != NEVER_EXPIRES;
-    body.push(if stored { STATE_STORED } else { STATE_RETIRED } | if expires { STATE_EXPIRES } else { 0 });
-    put_varint(body, version.seq_created);
-    put_varint(
-        body,
-        if version.seq_ended == SEQ_OPEN {
-            0
-        } else {
-            version.seq_ended - version.seq_created + 1
-        },
-    );
-    body.extend_from_slice(&version.hash);
-    put_u8_str(body, &version.version);
-    put_varint(body, u64::from(version.location.segment));
-    put_varint(body, u64::from(version.location.offset));
-    put_varint(body, u64::from(version.location.len));
-    put_varint(body, u64::from(version.generation));
-    if stored {
-        put_varint(body, zigzag(version.timestamp));
-        if expires {
-            put_varint(body, zigzag(version.expires_at.wrapping_sub(version.timestamp)));
-        }
-        put_varint(body, u64::from(version.kind));
-        put_varint(body, u64::from(version.scope));
-        put_varint(body, u64::from(version.source));
+    body.extend_from_slice(&version.seq_created.to_le_bytes());
+    body.extend_from_slice(&version.seq_ended.to_le_bytes());
+    body.extend_from_slice(&version.timestamp.to_le_bytes());
+    body.extend_from_slice(&version.expires_at.to_le_bytes());
+    for field in [
+        version.location.segment,
+        version.location.offset,
+        version.location.len,
+        version.id,
+        version.generation,
+        version.version_tag,
+        version.scope,
+        version.source,
+    ] {
+        body.extend_from_slice(&field.to_le_bytes());
     }
+    body.extend_from_slice(&version.kind.to_le_bytes());
+    body.push(if version.is_stored() {
+        STATE_STORED
+    } else {
+        STATE_RETIRED
+    });
+    body.push(0);
 }
 
-fn decode_version(
-    c: &mut Cursor<'_>,
-    segment_lens: &BTreeMap<u32, u64>,
+fn le_u64(bytes: &[u8], at: usize) -> u64 {
+    bytes
+        .get(at..at + 8)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u64::from_le_bytes)
+}
+
+fn le_u32(bytes: &[u8], at: usize) -> u32 {
+    bytes
+        .get(at..at + 4)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u32::from_le_bytes)
+}
+
+/// What a version table entry must agree with.
+struct Bounds<'a> {
     seq: u64,
-    (kinds, scopes, sources): (usize, usize, usize),
-) -> Result<VersionEntry, String> {
-    let narrow = |value: u64, what: &str| u32::try_from(value).map_err(|_| format!("{what} out of range"));
-    let state_byte = c.u8("state").map_err(|e| e.0)?;
-    let state = match state_byte & !STATE_EXPIRES {
-        STATE_STORED => VersionState::Stored,
-        STATE_RETIRED if state_byte & STATE_EXPIRES == 0 => VersionState::Retired,
-        _ => return Err(format!("unknown version state {state_byte:#04x}")),
-    };
-    let seq_created = get_varint(c, "seq_created")?;
-    let seq_ended = match get_varint(c, "seq_ended")? {
-        0 => SEQ_OPEN,
-        span => seq_created.checked_add(span - 1).ok_or("seq_ended overflows")?,
-    };
-    let hash: [u8; 32] = c.take(32, "hash").map_err(|e| e.0)?.try_into().map_err(|_| "hash")?;
-    let len = usize::from(c.u8("version length").map_err(|e| e.0)?);
-    let version = get_str(c, len, "version")?;
+    ids: usize,
+    segment_lens: &'a BTreeMap<u32, u64>,
+    tables: (usize, usize, usize),
+}
+
+fn decode_version(bytes: &[u8], bounds: &Bounds<'_>) -> Result<VersionEntry, String> {
+    let seq_created = le_u64(bytes, 0);
+    let seq_ended = le_u64(bytes, 8);
+    let timestamp = le_u64(bytes, 16) as i64;
+    let expires_at = le_u64(bytes, 24) as i64;
     let location = Location {
-        segment: narrow(get_varint(c, "segment")?, "segment")?,
-        offset: narrow(get_varint(c, "offset")?, "offset")?,
-        len: narrow(get_varint(c, "length")?, "length")?,
+        segment: le_u32(bytes, 32),
+        offset: le_u32(bytes, 36),
+        len: le_u32(bytes, 40),
     };
-    let generation = narrow(get_varint(c, "generation")?, "generation")?;
-    let (mut timestamp, mut expires_at, mut kind, mut scope, mut source) = (0, NEVER_EXPIRES, 0u16, 0u32, 0u32);
+    let id = le_u32(bytes, 44);
+    let generation = le_u32(bytes, 48);
+    let version_tag = le_u32(bytes, 52);
+    let scope = le_u32(bytes, 56);
+    let source = le_u32(bytes, 60);
+    let kind = u16::from_le_bytes([bytes.get(64).copied().unwrap_or(0), bytes.get(65).copied().unwrap_or(0)]);
+    let state = match (bytes.get(66).copied(), bytes.get(67).copied()) {
+        (Some(STATE_STORED), Some(0)) => VersionState::Stored,
+        (Some(STATE_RETIRED), Some(0)) => VersionState::Retired,
+        (state, _) => return Err(format!("unknown version state {state:?}")),
+    };
+    if usize::try_from(id).map_or(true, |id| id >= bounds.ids) {
+        return Err(format!("id number {id} is out of range"));
+    }
     if state == VersionState::Stored {
-        timestamp = unzigzag(get_varint(c, "timestamp")?);
-        if state_byte & STATE_EXPIRES != 0 {
-            expires_at = timestamp.wrapping_add(unzigzag(get_varint(c, "expiry")?));
-        }
-        kind = u16::try_from(get_varint(c, "type")?).map_err(|_| "type out of range")?;
-        scope = narrow(get_varint(c, "scope")?, "scope")?;
-        source = narrow(get_varint(c, "source")?, "source")?;
+        let (kinds, scopes, sources) = bounds.tables;
         let tables_hold = usize::from(kind) < kinds
             && usize::try_from(scope).is_ok_and(|s| s < scopes)
             && usize::try_from(source).is_ok_and(|s| s < sources);
@@ -268,29 +278,30 @@ fn decode_version(
             return Err("a table number is out of range".into());
         }
     }
-    let fits = segment_lens
+    let fits = bounds
+        .segment_lens
         .get(&location.segment)
         .is_some_and(|len| u64::from(location.offset) + u64::from(location.len) <= *len);
     if !fits {
         return Err("it points outside the recorded segments".into());
     }
-    if seq_created > seq || (seq_ended != SEQ_OPEN && seq_ended > seq) {
-        return Err("its sequence numbers are after the checkpoint".into());
+    if seq_created > bounds.seq || (seq_ended != SEQ_OPEN && (seq_ended > bounds.seq || seq_ended < seq_created)) {
+        return Err("its sequence numbers are after the checkpoint or out of order".into());
     }
     Ok(VersionEntry {
         seq_created,
         seq_ended,
         timestamp,
         expires_at,
-        hash,
-        version: Box::from(version),
         location,
-        id: 0,
+        id,
         generation,
-        kind,
+        version_tag,
         scope,
         source,
+        kind,
         state,
+        ..VersionEntry::default()
     })
 }
 
@@ -307,6 +318,54 @@ fn bounded(count: u32, each: usize, cursor: &Cursor<'_>, total: usize, what: &st
 fn get_str<'a>(cursor: &mut Cursor<'a>, len: usize, what: &str) -> Result<&'a str, String> {
     let bytes = cursor.take(len, what).map_err(|e| e.0)?;
     std::str::from_utf8(bytes).map_err(|_| format!("{what} is not UTF-8"))
+}
+
+/// Reads one ordered set: its slots must be stored versions that `belongs` accepts, in strictly
+/// ascending (timestamp, slot) order.
+fn decode_set(
+    c: &mut Cursor<'_>,
+    total: usize,
+    slots: &ChunkVec<VersionEntry>,
+    what: &str,
+    belongs: impl Fn(&VersionEntry) -> bool,
+) -> Result<KeySet, String> {
+    let count = c.u32("set size").map_err(|e| e.0)?;
+    let count = bounded(count, 4, c, total, what)?;
+    let bytes = c.take(count * 4, what).map_err(|e| e.0)?;
+    let mut out = Vec::with_capacity(count);
+    let mut last: Option<(i64, u32)> = None;
+    for raw in bytes.chunks_exact(4) {
+        let slot = le_u32(raw, 0);
+        let version = slots
+            .get(usize::try_from(slot).unwrap_or(usize::MAX))
+            .filter(|v| v.is_stored() && belongs(v))
+            .ok_or_else(|| format!("{what} lists slot {slot}, which does not belong there"))?;
+        let key = (version.timestamp, slot);
+        if last.is_some_and(|last| last >= key) {
+            return Err(format!("{what} is not in order"));
+        }
+        last = Some(key);
+        out.push(slot);
+    }
+    Ok(KeySet::from_sorted(out))
+}
+
+/// Whether `bytes` are an intact checkpoint of an older format: not damage, just a shortcut this
+/// build does not take (opening replays the log instead, and the next checkpoint replaces it).
+pub(crate) fn is_older_format(bytes: &[u8]) -> bool {
+    let Some(crc_at) = bytes.len().checked_sub(4) else {
+        return false;
+    };
+    let (covered, stored_crc) = bytes.split_at(crc_at);
+    let intact = stored_crc
+        .try_into()
+        .is_ok_and(|crc| crc32fast::hash(covered) == u32::from_le_bytes(crc));
+    intact
+        && covered.get(..8) == Some(&CHECKPOINT_MAGIC[..])
+        && covered
+            .get(8..12)
+            .and_then(|v| v.try_into().ok())
+            .is_some_and(|v| u32::from_le_bytes(v) < CHECKPOINT_VERSION)
 }
 
 /// Decodes a checkpoint file's bytes; the error says why it cannot be used.
@@ -335,8 +394,6 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Loaded, String> {
     if usize::try_from(body_len).ok() != Some(total - CHECKPOINT_HEADER_BYTES) {
         return Err("body length does not match the file".into());
     }
-    let mut index = Index::default();
-    index.seq = seq;
 
     let count = c.u32("segment count").map_err(e)?;
     let mut segments = Vec::with_capacity(bounded(count, 16, &c, total, "segment")?);
@@ -346,6 +403,7 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Loaded, String> {
         let len = c.u64("segment length").map_err(e)?;
         segments.push(SegmentMark { number, rewrites, len });
     }
+    let mut registry = crate::item::TypeRegistry::default();
     let count = c.u32("type count").map_err(e)?;
     for _ in 0..bounded(count, 2, &c, total, "type")? {
         let len = usize::from(c.u8("type length").map_err(e)?);
@@ -355,11 +413,11 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Loaded, String> {
             let len = usize::from(c.u16("pattern length").map_err(e)?);
             spec = spec.id_pattern(get_str(&mut c, len, "pattern")?);
         }
-        index
-            .registry
+        registry
             .insert(spec)
             .map_err(|e| format!("stored type is invalid: {e}"))?;
     }
+    let mut pins = BTreeMap::new();
     let count = c.u32("pin count").map_err(e)?;
     for _ in 0..bounded(count, 18, &c, total, "pin")? {
         let len = usize::from(c.u8("name length").map_err(e)?);
@@ -369,7 +427,7 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Loaded, String> {
         let len = usize::from(c.u8("session length").map_err(e)?);
         let session = get_str(&mut c, len, "session")?;
         let session = (!session.is_empty()).then(|| Arc::from(session));
-        index.pins.insert(
+        pins.insert(
             name,
             PinInfo {
                 seq: pin_seq,
@@ -408,29 +466,83 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Loaded, String> {
         return Err("too many types".into());
     }
     let segment_lens: BTreeMap<u32, u64> = segments.iter().map(|m| (m.number, m.len)).collect();
+
     let count = c.u32("id count").map_err(e)?;
-    let count = bounded(count, 9, &c, total, "id")?;
-    index.reserve(count);
+    let count = bounded(count, 1, &c, total, "id")?;
+    let mut names = Vec::with_capacity(count);
     for _ in 0..count {
         let len = usize::from(c.u8("id length").map_err(e)?);
-        let name = get_str(&mut c, len, "id")?;
-        let deletes = c.u32("deletes").map_err(e)?;
-        let versions = c.u32("version count").map_err(e)?;
-        let versions = bounded(versions, VERSION_BYTES_MIN, &c, total, "version")?;
-        if versions == 0 {
-            index.restore_id(name, deletes);
+        names.push(get_str(&mut c, len, "id")?);
+    }
+    let count = c.u32("deleted id count").map_err(e)?;
+    let count = bounded(count, 8, &c, total, "deleted id")?;
+    let mut deletes = Vec::with_capacity(count);
+    for _ in 0..count {
+        let id = c.u32("deleted id").map_err(e)?;
+        let times = c.u32("deletes").map_err(e)?;
+        if usize::try_from(id).map_or(true, |id| id >= names.len()) {
+            return Err(format!("deleted id number {id} is out of range"));
         }
-        for _ in 0..versions {
-            let entry = decode_version(&mut c, &segment_lens, seq, (kinds.len(), scopes.len(), sources.len()))
-                .map_err(|reason| format!("a version of {name:?}: {reason}"))?;
-            index.restore_version(name, deletes, entry);
+        deletes.push((id, times));
+    }
+    let count = c.u32("version count").map_err(e)?;
+    let count = bounded(count, VERSION_BYTES, &c, total, "version")?;
+    let table = c.take(count * VERSION_BYTES, "versions").map_err(e)?;
+    let bounds = Bounds {
+        seq,
+        ids: names.len(),
+        segment_lens: &segment_lens,
+        tables: (kinds.len(), scopes.len(), sources.len()),
+    };
+    let mut slots = ChunkVec::default();
+    // Each id's versions come in the order they were created.
+    let mut last_created = vec![0u64; names.len()];
+    for (position, raw) in table.chunks_exact(VERSION_BYTES).enumerate() {
+        let version = decode_version(raw, &bounds).map_err(|reason| format!("version {position}: {reason}"))?;
+        let last = last_created
+            .get_mut(usize::try_from(version.id).unwrap_or(usize::MAX))
+            .ok_or("id out of range")?;
+        if version.seq_created < *last {
+            return Err(format!("version {position}: its id's versions are out of order"));
         }
+        *last = version.seq_created;
+        slots.push(version);
+    }
+    let by_time = decode_set(&mut c, total, &slots, "time set", |_| true)?;
+    let count = c.u32("type set count").map_err(e)?;
+    let mut by_type = Vec::with_capacity(bounded(count, 4, &c, total, "type set")?);
+    for kind in 0..count {
+        by_type.push(decode_set(&mut c, total, &slots, "type set", |v| {
+            u32::from(v.kind) == kind
+        })?);
+    }
+    let count = c.u32("scope set count").map_err(e)?;
+    let mut by_scope = Vec::with_capacity(bounded(count, 4, &c, total, "scope set")?);
+    for scope in 0..count {
+        by_scope.push(decode_set(&mut c, total, &slots, "scope set", |v| v.scope == scope)?);
     }
     if !c.is_empty() {
-        return Err("bytes after the last id".into());
+        return Err("bytes after the last table".into());
     }
-    index.set_tables(kinds, scopes, sources);
-    index.rebuild_sets();
+    // Every stored version must be in each kind of set once: the sets are strictly ordered and hold
+    // only stored versions of their own type or scope, so equal counts mean none is missing.
+    let stored = slots.iter().filter(|v| v.is_stored()).count();
+    let complete = by_time.len() == stored
+        && by_type.iter().map(KeySet::len).sum::<usize>() == stored
+        && by_scope.iter().map(KeySet::len).sum::<usize>() == stored;
+    if !complete {
+        return Err("the ordered sets do not list every stored version".into());
+    }
+    let mut index = Index::from_checkpoint(
+        seq,
+        &names,
+        &deletes,
+        slots,
+        (by_type, by_scope, by_time),
+        (kinds, scopes, sources),
+    )?;
+    index.registry = registry;
+    index.pins = pins;
     Ok(Loaded { seq, segments, index })
 }
 
@@ -454,6 +566,9 @@ pub(crate) fn write(shared: &Shared, sync_log: bool) -> Result<u64> {
         shared.flush()?;
     }
     install(&*shared.storage, &shared.dir, seq, &bytes)?;
+    shared
+        .last_checkpoint_bytes
+        .store(bytes.len() as u64, std::sync::atomic::Ordering::Relaxed);
     Ok(seq)
 }
 

@@ -93,11 +93,8 @@ impl Views {
     /// the delete that closed the history) and so may answer `id@version` as Superseded.
     fn may_see_history_of(&self, index: &Index, version: &VersionEntry) -> bool {
         let history_end = index
-            .ids
-            .get(usize::try_from(version.id).unwrap_or(usize::MAX))
-            .into_iter()
-            .flat_map(|entry| entry.versions.iter())
-            .filter_map(|slot| index.slot(*slot))
+            .versions_of(version.id)
+            .map(|(_, other)| other)
             .filter(|other| other.generation == version.generation)
             .map(|other| other.seq_ended)
             .max()
@@ -125,41 +122,68 @@ struct SegmentPlan {
     reclaim_bytes: u64,
 }
 
-/// Decides, for every version in the sealed segments, what a rewrite would do.
-fn plan(index: &Index, views: &Views) -> HashMap<u32, SegmentPlan> {
+/// The version string length assumed when estimating a retired record's size.
+const ESTIMATED_VERSION_BYTES: usize = 8;
+
+/// Versions planned per hold of the index's read lock, so that the writer never waits long.
+const PLAN_CHUNK: usize = 32 * 1024;
+
+/// Decides, for every version, what a rewrite of its segment would do. The index is walked in
+/// chunks, each under its own hold of the read lock: versions created after `views` were gathered
+/// are left alone, and every decision is checked again before a rewrite is installed.
+fn plan(shared: &Shared, views: &Views) -> HashMap<u32, SegmentPlan> {
     let mut plans: HashMap<u32, SegmentPlan> = HashMap::new();
-    for (slot, version) in index.slots.iter().enumerate() {
-        let Ok(slot) = u32::try_from(slot) else { break };
-        let decision = decide(index, views, version);
-        let Some(decision) = decision else { continue };
-        let segment = version.location.segment;
-        let entry = plans.entry(segment).or_insert_with(|| SegmentPlan {
-            decisions: HashMap::new(),
-            reclaim_bytes: 0,
-        });
-        entry.reclaim_bytes += match decision {
-            Decision::Keep => 0,
-            Decision::Forget(_) => u64::from(version.location.len),
-            Decision::Retire(_) => {
-                let retired_len = (RECORD_HEADER_BYTES + 32 + 2 + version.version.len()) as u64
-                    + index.id_name(version.id).len() as u64;
-                u64::from(version.location.len).saturating_sub(retired_len)
+    let mut start = 0usize;
+    loop {
+        let index = shared.read_index();
+        let end = index.slots.len().min(start + PLAN_CHUNK);
+        for position in start..end {
+            let Ok(slot) = u32::try_from(position) else { break };
+            let Some(version) = index.slot(slot) else { break };
+            if version.seq_created > views.current_seq {
+                continue;
             }
-        };
-        entry.decisions.insert(version.location.offset, (slot, decision));
+            let Some(decision) = decide(&index, views, version) else {
+                continue;
+            };
+            let entry = plans.entry(version.location.segment).or_insert_with(|| SegmentPlan {
+                decisions: HashMap::new(),
+                reclaim_bytes: 0,
+            });
+            entry.reclaim_bytes += match decision {
+                Decision::Keep => 0,
+                Decision::Forget(_) => u64::from(version.location.len),
+                Decision::Retire(_) => {
+                    // The version string stays in the log; most are short, and this only ranks segments.
+                    let retired_len = (RECORD_HEADER_BYTES + 32 + 2 + ESTIMATED_VERSION_BYTES) as u64
+                        + index.id_name(version.id).len() as u64;
+                    u64::from(version.location.len).saturating_sub(retired_len)
+                }
+            };
+            entry.decisions.insert(version.location.offset, (slot, decision));
+        }
+        if end >= index.slots.len() || end == start {
+            break;
+        }
+        start = end;
     }
     // The active segment is planned too, so that a manual compaction knows whether sealing it pays.
     plans
+}
+
+/// The views as of now, gathered under the registry and index locks.
+fn views_now(shared: &Shared) -> (Views, u32) {
+    let live = shared.live_snapshots();
+    let index = shared.read_index();
+    let views = Views::gather(&live, &index, shared.clock.now());
+    (views, index.segments.keys().next_back().copied().unwrap_or(0))
 }
 
 fn decide(index: &Index, views: &Views, version: &VersionEntry) -> Option<Decision> {
     if version.state == crate::index::VersionState::Forgotten {
         return None;
     }
-    let open_history = index
-        .ids
-        .get(usize::try_from(version.id).ok()?)
-        .is_some_and(|e| e.deletes == version.generation);
+    let open_history = index.id_at(version.id).is_some_and(|e| e.deletes == version.generation);
     if version.is_stored() && views.needed(version) {
         return Some(Decision::Keep);
     }
@@ -191,26 +215,19 @@ fn segment_bytes(storage: &dyn Storage, index: &Index) -> u64 {
 
 /// Reclaimable bytes of the active segment (the newest), for deciding whether to seal it first.
 pub(crate) fn active_reclaimable(shared: &Shared) -> u64 {
-    let live = shared.live_snapshots();
-    let index = shared.read_index();
-    let Some(active) = index.segments.keys().next_back().copied() else {
-        return 0;
-    };
-    let views = Views::gather(&live, &index, shared.clock.now());
-    plan(&index, &views).get(&active).map_or(0, |plan| plan.reclaim_bytes)
+    let (views, active) = views_now(shared);
+    plan(shared, &views).get(&active).map_or(0, |plan| plan.reclaim_bytes)
 }
 
 /// Rewrites every sealed segment whose reclaimable share is at least `min_share` (0 = any reclaim).
 pub(crate) fn compact(shared: &Shared, min_share: f64) -> Result<CompactionReport> {
     let started = Instant::now();
     let mut report = CompactionReport::default();
+    let (views, active) = views_now(shared);
+    let mut plans = plan(shared, &views);
+    plans.remove(&active);
     let (mut chosen, bytes_before) = {
-        let live = shared.live_snapshots();
         let index = shared.read_index();
-        let views = Views::gather(&live, &index, shared.clock.now());
-        let active = index.segments.keys().next_back().copied().unwrap_or(0);
-        let mut plans = plan(&index, &views);
-        plans.remove(&active);
         let mut chosen: Vec<(u32, SegmentPlan)> = Vec::new();
         for (number, plan) in plans {
             let Some(segment) = index.segments.get(&number) else {
@@ -218,7 +235,7 @@ pub(crate) fn compact(shared: &Shared, min_share: f64) -> Result<CompactionRepor
             };
             #[allow(clippy::cast_precision_loss)]
             let share = plan.reclaim_bytes as f64 / segment.published_len().max(1) as f64;
-            if plan.reclaim_bytes > 0 && share >= min_share {
+            if plan.reclaim_bytes > 0 && share >= min_share && number < active {
                 chosen.push((number, plan));
             }
         }
@@ -390,6 +407,9 @@ fn rewrite(shared: &Shared, number: u32, plan: &SegmentPlan, report: &mut Compac
         for slot in chunk {
             index.unlink_from_sets(*slot);
         }
+    }
+    if !unlink.is_empty() {
+        shared.write_index().purge_sets();
     }
     report.segments_rewritten += 1;
     Ok(())

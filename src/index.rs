@@ -1,15 +1,22 @@
 //! The in-memory index: every stored version of every id, with the sequence range in which it is the
-//! id's visible version, and ordered secondary sets on (type, timestamp), (scope, timestamp) and
-//! (timestamp). Low-cardinality strings (type, scope, source) are interned to small integers.
+//! id's visible version, and ordered sets on (type, timestamp), (scope, timestamp) and (timestamp).
+//! Low-cardinality strings (type, scope, source) are interned to small integers.
 //!
 //! MVCC: a view at sequence number `S` sees, for each id, the version whose
 //! `seq_created <= S < seq_ended`. A newer version or a tombstone sets `seq_ended` of the one it ends.
+//!
+//! Memory is flat: versions and ids are fixed-size records in chunked arrays (appending never moves
+//! them), id names live in a chunked arena, the name lookup is a table of 4-byte id numbers, and each
+//! ordered set is mostly a sorted array of 4-byte slot numbers. Nothing is allocated per item, which
+//! is also what lets a checkpoint load in one pass. A version's string and content hash stay in its
+//! log record; the index keeps a 32-bit tag of the version string so that almost every lookup by
+//! version is answered without reading the log.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::hash::Hash;
+use std::hash::{BuildHasher, Hash};
 use std::sync::Arc;
 
-use smallvec::SmallVec;
+use hashbrown::HashTable;
 
 use crate::item::{Scope, TypeRegistry};
 use crate::log::record::{PutView, ScopeView};
@@ -23,38 +30,69 @@ pub(crate) type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 pub(crate) const SEQ_OPEN: u64 = u64::MAX;
 /// `expires_at` of a version without a TTL.
 pub(crate) const NEVER_EXPIRES: i64 = i64::MAX;
+/// "No version": the end of an id's chain of versions.
+pub(crate) const NO_SLOT: u32 = u32::MAX;
+
+/// The 32-bit tag of a version string kept in the index: its CRC-32. Equal strings have equal tags;
+/// equal tags are confirmed against the log record.
+pub(crate) fn version_tag(version: &str) -> u32 {
+    crc32fast::hash(version.as_bytes())
+}
 
 /// Where a record is stored: segment number, byte offset and length of the whole record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) struct Location {
     pub(crate) segment: u32,
     pub(crate) offset: u32,
     pub(crate) len: u32,
 }
 
-/// One stored version of an id.
-#[derive(Debug, Clone)]
+/// One stored version of an id: 72 bytes, no heap.
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct VersionEntry {
     pub(crate) seq_created: u64,
     pub(crate) seq_ended: u64,
     /// The item's timestamp: with the slot, the key of its entries in the ordered sets.
     pub(crate) timestamp: i64,
     pub(crate) expires_at: i64,
-    pub(crate) hash: [u8; 32],
-    pub(crate) version: Box<str>,
     pub(crate) location: Location,
-    /// Position of the id in [`Index::ids`].
+    /// Position of the id in the index's id table.
     pub(crate) id: u32,
+    /// The id's previous (older) version still in the index, or [`NO_SLOT`].
+    pub(crate) prev: u32,
     /// How many deletes of the id came before this version: versions of one history share it.
     pub(crate) generation: u32,
-    pub(crate) kind: u16,
+    /// [`version_tag`] of the version string.
+    pub(crate) version_tag: u32,
     pub(crate) scope: u32,
     pub(crate) source: u32,
+    pub(crate) kind: u16,
     pub(crate) state: VersionState,
+}
+
+impl Default for VersionEntry {
+    fn default() -> Self {
+        VersionEntry {
+            seq_created: 0,
+            seq_ended: SEQ_OPEN,
+            timestamp: 0,
+            expires_at: NEVER_EXPIRES,
+            location: Location::default(),
+            id: 0,
+            prev: NO_SLOT,
+            generation: 0,
+            version_tag: 0,
+            scope: 0,
+            source: 0,
+            kind: 0,
+            state: VersionState::Forgotten,
+        }
+    }
 }
 
 /// What is stored of a version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
 pub(crate) enum VersionState {
     /// Its whole record, content included.
     Stored,
@@ -86,15 +124,108 @@ impl VersionEntry {
     }
 }
 
-/// Everything the index keeps per id.
-#[derive(Debug, Clone)]
+/// Everything the index keeps per id: 16 bytes, no heap.
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct IdEntry {
-    pub(crate) name: Arc<str>,
-    /// Slots of every stored version, oldest first.
-    /// Most ids have one or two versions: those live inline, without an allocation.
-    pub(crate) versions: SmallVec<[u32; 2]>,
+    /// Where the name is in the arena: chunk, offset, length (see [`NameArena`]).
+    name: u64,
+    /// The newest version still in the index, or [`NO_SLOT`]; older ones follow `prev`.
+    pub(crate) latest: u32,
     /// How many times the id was deleted; the current history is generation `deletes`.
     pub(crate) deletes: u32,
+}
+
+/// Entries per chunk of a [`ChunkVec`].
+const CHUNK: usize = 4096;
+
+/// A growable array in fixed chunks: pushing never moves what is stored (no copy of the whole array
+/// under the index lock), and at most one partly filled chunk is allocated beyond the length.
+#[derive(Debug, Clone)]
+pub(crate) struct ChunkVec<T> {
+    chunks: Vec<Vec<T>>,
+    len: usize,
+}
+
+impl<T> Default for ChunkVec<T> {
+    fn default() -> Self {
+        ChunkVec {
+            chunks: Vec::new(),
+            len: 0,
+        }
+    }
+}
+
+impl<T> ChunkVec<T> {
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    pub(crate) fn get(&self, position: usize) -> Option<&T> {
+        self.chunks.get(position / CHUNK)?.get(position % CHUNK)
+    }
+
+    pub(crate) fn get_mut(&mut self, position: usize) -> Option<&mut T> {
+        self.chunks.get_mut(position / CHUNK)?.get_mut(position % CHUNK)
+    }
+
+    pub(crate) fn push(&mut self, value: T) {
+        if self.chunks.last().is_none_or(|chunk| chunk.len() == CHUNK) {
+            self.chunks.push(Vec::with_capacity(CHUNK));
+        }
+        if let Some(chunk) = self.chunks.last_mut() {
+            chunk.push(value);
+            self.len += 1;
+        }
+    }
+
+    pub(crate) fn iter(&self) -> impl DoubleEndedIterator<Item = &T> + '_ {
+        self.chunks.iter().flatten()
+    }
+
+    /// Heap bytes held, allocated capacity included.
+    fn heap_bytes(&self) -> u64 {
+        (self.chunks.iter().map(Vec::capacity).sum::<usize>() * std::mem::size_of::<T>()
+            + self.chunks.capacity() * std::mem::size_of::<Vec<T>>()) as u64
+    }
+}
+
+/// Bytes per chunk of the name arena; a name (at most 255 bytes) never spans two.
+const NAME_CHUNK: usize = 1 << 16;
+
+/// Id names, back to back in chunks that never move.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct NameArena {
+    chunks: Vec<String>,
+}
+
+impl NameArena {
+    /// Stores `name` (at most 255 bytes) and returns its handle: chunk << 24 | offset << 8 | length.
+    fn push(&mut self, name: &str) -> u64 {
+        let len = name.len().min(255);
+        let name = name.get(..len).unwrap_or("");
+        if self.chunks.last().is_none_or(|chunk| chunk.len() + len > NAME_CHUNK) {
+            self.chunks.push(String::with_capacity(NAME_CHUNK));
+        }
+        let chunk = self.chunks.len() - 1;
+        let Some(last) = self.chunks.last_mut() else { return 0 };
+        let offset = last.len();
+        last.push_str(name);
+        ((chunk as u64) << 24) | ((offset as u64) << 8) | len as u64
+    }
+
+    fn get(&self, handle: u64) -> &str {
+        let len = (handle & 0xff) as usize;
+        let offset = ((handle >> 8) & 0xffff) as usize;
+        let chunk = usize::try_from(handle >> 24).unwrap_or(usize::MAX);
+        self.chunks
+            .get(chunk)
+            .and_then(|chunk| chunk.get(offset..offset + len))
+            .unwrap_or("")
+    }
+
+    fn heap_bytes(&self) -> u64 {
+        (self.chunks.iter().map(String::capacity).sum::<usize>() + self.chunks.capacity() * 24) as u64
+    }
 }
 
 /// Maps values to dense small integers and back.
@@ -158,15 +289,183 @@ impl<T: Hash + Eq + Clone> Interner<T> {
     }
 }
 
+/// The key of a slot in the ordered sets.
+fn key_of(slots: &ChunkVec<VersionEntry>, slot: u32) -> (i64, u32) {
+    let timestamp = slots
+        .get(usize::try_from(slot).unwrap_or(usize::MAX))
+        .map_or(i64::MAX, |v| v.timestamp);
+    (timestamp, slot)
+}
+
+/// Set entries inserted out of order that are merged into the sorted array at the latest once
+/// there are this many (or an eighth of the array, if more).
+const DELTA_MERGE_AT: usize = 4096;
+
+/// An ordered set of (timestamp, slot) keys: a sorted array of slots (their timestamps are read
+/// from the slots, which never change) plus a small B-tree of keys that arrived out of order.
+/// Slots that stop being stored are skipped by readers and purged in bulk.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct KeySet {
+    base: Vec<u32>,
+    delta: BTreeSet<(i64, u32)>,
+    /// Entries of `base` whose slot is no longer stored.
+    dead: usize,
+}
+
+/// Keys of an ordered set in order, or in reverse.
+pub(crate) type Keys<'a> = Box<dyn Iterator<Item = (i64, u32)> + 'a>;
+
+impl KeySet {
+    /// Entries, counting those of reclaimed versions not purged yet.
+    pub(crate) fn len(&self) -> usize {
+        self.base.len() + self.delta.len()
+    }
+
+    fn insert(&mut self, slots: &ChunkVec<VersionEntry>, key: (i64, u32)) {
+        if self.base.last().is_none_or(|last| key_of(slots, *last) < key) {
+            self.base.push(key.1);
+            return;
+        }
+        self.delta.insert(key);
+        if self.delta.len() >= DELTA_MERGE_AT.max(self.base.len() / 8) {
+            self.merge(slots);
+        }
+    }
+
+    /// Merges the out-of-order keys into the array, dropping slots no longer stored.
+    fn merge(&mut self, slots: &ChunkVec<VersionEntry>) {
+        let stored = |slot: &u32| {
+            slots
+                .get(usize::try_from(*slot).unwrap_or(usize::MAX))
+                .is_some_and(VersionEntry::is_stored)
+        };
+        let mut merged = Vec::with_capacity(self.base.len() + self.delta.len());
+        let mut delta = std::mem::take(&mut self.delta).into_iter().peekable();
+        for slot in self.base.drain(..) {
+            let key = key_of(slots, slot);
+            while let Some(next) = delta.next_if(|next| *next < key) {
+                merged.push(next.1);
+            }
+            merged.push(slot);
+        }
+        merged.extend(delta.map(|(_, slot)| slot));
+        merged.retain(stored);
+        self.base = merged;
+        self.dead = 0;
+    }
+
+    /// Removes a key whose slot is no longer stored (in bulk later, if it is in the array).
+    fn remove(&mut self, key: (i64, u32)) {
+        if !self.delta.remove(&key) {
+            self.dead += 1;
+        }
+    }
+
+    /// Drops the array's entries of slots no longer stored.
+    fn purge(&mut self, slots: &ChunkVec<VersionEntry>) {
+        if self.dead > 0 {
+            self.base.retain(|slot| {
+                slots
+                    .get(usize::try_from(*slot).unwrap_or(usize::MAX))
+                    .is_some_and(VersionEntry::is_stored)
+            });
+            self.dead = 0;
+        }
+    }
+
+    /// The keys with a timestamp in `start..=end`, ascending or (with `reverse`) descending.
+    pub(crate) fn range<'a>(
+        &'a self,
+        slots: &'a ChunkVec<VersionEntry>,
+        start: i64,
+        end: i64,
+        reverse: bool,
+    ) -> Keys<'a> {
+        let ts = |slot: &u32| key_of(slots, *slot).0;
+        let from = self.base.partition_point(|slot| ts(slot) < start);
+        let to = self.base.partition_point(|slot| ts(slot) <= end).max(from);
+        let base = self.base.get(from..to).unwrap_or_default();
+        let keys = base.iter().map(move |slot| key_of(slots, *slot));
+        if self.delta.is_empty() {
+            return if reverse { Box::new(keys.rev()) } else { Box::new(keys) };
+        }
+        let delta = self.delta.range((start, 0)..=(end, u32::MAX)).copied();
+        if reverse {
+            Box::new(MergeTwo::new(keys.rev(), delta.rev(), true))
+        } else {
+            Box::new(MergeTwo::new(keys, delta, false))
+        }
+    }
+
+    /// Every key in order (for checkpoints): the array and the B-tree merged, reclaimed slots left out.
+    pub(crate) fn sorted_slots(&self, slots: &ChunkVec<VersionEntry>) -> Vec<u32> {
+        let mut copy = self.clone();
+        copy.merge(slots);
+        copy.base
+    }
+
+    /// A set from slots already sorted by key (a checkpoint's).
+    pub(crate) fn from_sorted(base: Vec<u32>) -> KeySet {
+        KeySet {
+            base,
+            delta: BTreeSet::new(),
+            dead: 0,
+        }
+    }
+
+    fn heap_bytes(&self) -> u64 {
+        // A B-tree node holds up to 11 keys; at the usual two-thirds fill a key costs its size plus
+        // about half again.
+        (self.base.capacity() * 4) as u64 + self.delta.len() as u64 * 18
+    }
+}
+
+/// Two ordered key streams as one.
+struct MergeTwo<A: Iterator, B: Iterator> {
+    a: std::iter::Peekable<A>,
+    b: std::iter::Peekable<B>,
+    reverse: bool,
+}
+
+impl<A: Iterator<Item = (i64, u32)>, B: Iterator<Item = (i64, u32)>> MergeTwo<A, B> {
+    fn new(a: A, b: B, reverse: bool) -> Self {
+        MergeTwo {
+            a: a.peekable(),
+            b: b.peekable(),
+            reverse,
+        }
+    }
+}
+
+impl<A: Iterator<Item = (i64, u32)>, B: Iterator<Item = (i64, u32)>> Iterator for MergeTwo<A, B> {
+    type Item = (i64, u32);
+
+    fn next(&mut self) -> Option<(i64, u32)> {
+        let take_a = match (self.a.peek(), self.b.peek()) {
+            (Some(a), Some(b)) => (a < b) != self.reverse,
+            (Some(_), None) => true,
+            (None, _) => false,
+        };
+        if take_a {
+            self.a.next()
+        } else {
+            self.b.next()
+        }
+    }
+}
+
 /// The whole in-memory state of a store: index, type registry and the segments readers use.
 #[derive(Debug, Default)]
 pub(crate) struct Index {
-    pub(crate) ids: Vec<IdEntry>,
-    pub(crate) by_name: FastMap<Arc<str>, u32>,
-    pub(crate) slots: Vec<VersionEntry>,
-    pub(crate) by_type: Vec<BTreeSet<(i64, u32)>>,
-    pub(crate) by_scope: Vec<BTreeSet<(i64, u32)>>,
-    pub(crate) by_time: BTreeSet<(i64, u32)>,
+    ids: ChunkVec<IdEntry>,
+    names: NameArena,
+    /// Id numbers, found by the hash of their name.
+    by_name: HashTable<u32>,
+    hasher: foldhash::fast::RandomState,
+    pub(crate) slots: ChunkVec<VersionEntry>,
+    pub(crate) by_type: Vec<KeySet>,
+    pub(crate) by_scope: Vec<KeySet>,
+    pub(crate) by_time: KeySet,
     pub(crate) kinds: Interner<Box<str>>,
     pub(crate) scopes: Interner<Scope>,
     /// Session scopes by session id, to find a scope's number without allocating.
@@ -182,10 +481,6 @@ pub(crate) struct Index {
     pub(crate) pins: BTreeMap<String, PinInfo>,
     /// Slots compaction emptied.
     pub(crate) forgotten: u64,
-    /// Heap bytes of version strings, for the memory estimate.
-    version_string_bytes: u64,
-    /// Heap bytes of id strings, for the memory estimate.
-    id_string_bytes: u64,
 }
 
 /// A pinned snapshot as the log records it.
@@ -198,66 +493,100 @@ pub(crate) struct PinInfo {
 
 /// What a view at some sequence number sees of one id.
 pub(crate) struct Visible<'a> {
-    pub(crate) entry: &'a IdEntry,
     pub(crate) version: &'a VersionEntry,
+}
+
+fn position(value: u32) -> usize {
+    usize::try_from(value).unwrap_or(usize::MAX)
 }
 
 impl Index {
     pub(crate) fn slot(&self, slot: u32) -> Option<&VersionEntry> {
-        self.slots.get(usize::try_from(slot).ok()?)
+        self.slots.get(position(slot))
     }
 
-    pub(crate) fn id_entry(&self, name: &str) -> Option<&IdEntry> {
-        let position = *self.by_name.get(name)?;
-        self.ids.get(usize::try_from(position).ok()?)
+    /// The number of ids the index knows (deleted or not).
+    pub(crate) fn id_count(&self) -> usize {
+        self.ids.len()
+    }
+
+    pub(crate) fn id_at(&self, id: u32) -> Option<&IdEntry> {
+        self.ids.get(position(id))
+    }
+
+    /// The number of id `name`, if the index knows it.
+    pub(crate) fn id_number(&self, name: &str) -> Option<u32> {
+        let hash = self.hasher.hash_one(name);
+        let (ids, names) = (&self.ids, &self.names);
+        self.by_name
+            .find(hash, |id| {
+                ids.get(position(*id)).is_some_and(|e| names.get(e.name) == name)
+            })
+            .copied()
     }
 
     pub(crate) fn id_name(&self, id: u32) -> &str {
-        self.ids
-            .get(usize::try_from(id).unwrap_or(usize::MAX))
-            .map_or("", |entry| &entry.name)
+        self.id_at(id).map_or("", |entry| self.names.get(entry.name))
+    }
+
+    /// The versions of id number `id` still in the index, newest first.
+    pub(crate) fn versions_of(&self, id: u32) -> impl Iterator<Item = (u32, &VersionEntry)> + '_ {
+        let mut next = self.id_at(id).map_or(NO_SLOT, |entry| entry.latest);
+        std::iter::from_fn(move || {
+            let slot = next;
+            let version = self.slot(slot)?;
+            next = version.prev;
+            Some((slot, version))
+        })
     }
 
     /// The version of `name` a view at `seq` sees, if any.
     pub(crate) fn visible(&self, name: &str, seq: u64) -> Option<Visible<'_>> {
-        let entry = self.id_entry(name)?;
-        entry.versions.iter().rev().find_map(|slot| {
-            let version = self.slot(*slot)?;
-            version.visible_at(seq).then_some(Visible { entry, version })
-        })
+        let id = self.id_number(name)?;
+        self.versions_of(id)
+            .find(|(_, version)| version.visible_at(seq))
+            .map(|(_, version)| Visible { version })
     }
 
-    /// The versions of the id's current history (since its last delete), oldest first.
+    /// The versions of the id's current history (since its last delete), newest first.
     pub(crate) fn current_history<'a>(&'a self, name: &str) -> impl Iterator<Item = &'a VersionEntry> + 'a {
-        let entry = self.id_entry(name);
-        let generation = entry.map_or(0, |entry| entry.deletes);
-        entry
-            .into_iter()
-            .flat_map(|entry| entry.versions.iter())
-            .filter_map(move |slot| self.slot(*slot))
+        let id = self.id_number(name);
+        let generation = id.and_then(|id| self.id_at(id)).map_or(0, |entry| entry.deletes);
+        id.into_iter()
+            .flat_map(|id| self.versions_of(id))
+            .map(|(_, version)| version)
             .filter(move |version| version.generation == generation)
     }
 
-    /// Makes room for `ids` more ids and as many versions, so that loading a checkpoint never rehashes.
+    /// Makes room for `ids` more ids, so that loading never rehashes.
     pub(crate) fn reserve(&mut self, ids: usize) {
-        self.by_name.reserve(ids);
-        self.ids.reserve(ids);
-        self.slots.reserve(ids);
+        let (entries, names, hasher) = (&self.ids, &self.names, &self.hasher);
+        self.by_name.reserve(ids, |id| {
+            hasher.hash_one(entries.get(position(*id)).map_or("", |e| names.get(e.name)))
+        });
     }
 
-    /// The position of id `name`, creating its entry if it is new.
+    /// The number of id `name`, creating its entry if it is new.
     fn id_position(&mut self, name: &str) -> u32 {
-        if let Some(id) = self.by_name.get(name) {
-            return *id;
+        if let Some(id) = self.id_number(name) {
+            return id;
         }
+        self.new_id(name, 0)
+    }
+
+    /// Adds an id the index does not know.
+    fn new_id(&mut self, name: &str, deletes: u32) -> u32 {
         let id = u32::try_from(self.ids.len()).unwrap_or(u32::MAX);
-        let name: Arc<str> = Arc::from(name);
-        self.id_string_bytes += name.len() as u64;
-        self.by_name.insert(Arc::clone(&name), id);
+        let handle = self.names.push(name);
         self.ids.push(IdEntry {
-            name,
-            versions: SmallVec::new(),
-            deletes: 0,
+            name: handle,
+            latest: NO_SLOT,
+            deletes,
+        });
+        let hash = self.hasher.hash_one(name);
+        let (entries, names, hasher) = (&self.ids, &self.names, &self.hasher);
+        self.by_name.insert_unique(hash, id, |id| {
+            hasher.hash_one(entries.get(position(*id)).map_or("", |e| names.get(e.name)))
         });
         id
     }
@@ -281,27 +610,25 @@ impl Index {
     fn push_version(&mut self, seq: u64, name: &str, mut version: VersionEntry) -> u32 {
         let slot = u32::try_from(self.slots.len()).unwrap_or(u32::MAX);
         let id = self.id_position(name);
-        let Some(entry) = self.ids.get_mut(usize::try_from(id).unwrap_or(usize::MAX)) else {
+        let Some(entry) = self.ids.get_mut(position(id)) else {
             return slot;
         };
         version.id = id;
         version.generation = entry.deletes;
+        version.prev = entry.latest;
+        entry.latest = slot;
         let mut ended_live = false;
-        if let Some(last) = entry.versions.last() {
-            if let Some(previous) = self.slots.get_mut(usize::try_from(*last).unwrap_or(usize::MAX)) {
-                if previous.seq_ended == SEQ_OPEN {
-                    previous.seq_ended = seq;
-                    ended_live = !previous.is_retired();
-                }
+        if let Some(previous) = self.slots.get_mut(position(version.prev)) {
+            if previous.seq_ended == SEQ_OPEN {
+                previous.seq_ended = seq;
+                ended_live = !previous.is_retired();
             }
         }
-        entry.versions.push(slot);
         match (ended_live, version.is_retired()) {
             (false, false) => self.live_ids += 1,
             (true, true) => self.live_ids = self.live_ids.saturating_sub(1),
             _ => {}
         }
-        self.version_string_bytes += version.version.len() as u64;
         self.slots.push(version);
         slot
     }
@@ -319,171 +646,174 @@ impl Index {
                 seq_ended: SEQ_OPEN,
                 timestamp: put.timestamp,
                 expires_at: put.expires_at().unwrap_or(NEVER_EXPIRES),
-                hash: put.hash,
-                version: Box::from(put.version),
                 location,
-                id: 0,
-                generation: 0,
+                version_tag: version_tag(put.version),
                 kind,
                 scope,
                 source,
                 state: VersionState::Stored,
+                ..VersionEntry::default()
             },
         );
         let key = (put.timestamp, slot);
         let kind_index = usize::from(kind);
         if self.by_type.len() <= kind_index {
-            self.by_type.resize_with(kind_index + 1, BTreeSet::new);
+            self.by_type.resize_with(kind_index + 1, KeySet::default);
         }
         if let Some(set) = self.by_type.get_mut(kind_index) {
-            set.insert(key);
+            set.insert(&self.slots, key);
         }
-        let scope_index = usize::try_from(scope).unwrap_or(usize::MAX);
+        let scope_index = position(scope);
         if self.by_scope.len() <= scope_index {
-            self.by_scope.resize_with(scope_index + 1, BTreeSet::new);
+            self.by_scope.resize_with(scope_index + 1, KeySet::default);
         }
         if let Some(set) = self.by_scope.get_mut(scope_index) {
-            set.insert(key);
+            set.insert(&self.slots, key);
         }
-        self.by_time.insert(key);
+        self.by_time.insert(&self.slots, key);
     }
 
     /// Records a retired version (content reclaimed, identity remembered) replayed from the log.
-    pub(crate) fn apply_retired(&mut self, seq: u64, id: &str, version: &str, hash: [u8; 32], location: Location) {
+    pub(crate) fn apply_retired(&mut self, seq: u64, id: &str, version: &str, location: Location) {
         self.push_version(
             seq,
             id,
             VersionEntry {
                 seq_created: seq,
                 seq_ended: SEQ_OPEN,
-                timestamp: 0,
-                expires_at: NEVER_EXPIRES,
-                hash,
-                version: Box::from(version),
                 location,
-                id: 0,
-                generation: 0,
-                kind: 0,
-                scope: 0,
-                source: 0,
+                version_tag: version_tag(version),
                 state: VersionState::Retired,
+                ..VersionEntry::default()
             },
         );
     }
 
     /// Records a tombstone of `name` by the batch `seq`; returns whether the id had a current history.
     pub(crate) fn apply_delete(&mut self, seq: u64, name: &str) -> bool {
-        let had_history = self.current_history(name).next().is_some();
-        let Some(id) = self.by_name.get(name).copied() else {
-            return false;
-        };
-        let Some(entry) = self.ids.get_mut(usize::try_from(id).unwrap_or(usize::MAX)) else {
-            return false;
-        };
-        if !had_history {
+        if self.current_history(name).next().is_none() {
             return false;
         }
+        let Some(id) = self.id_number(name) else {
+            return false;
+        };
+        let Some(entry) = self.ids.get_mut(position(id)) else {
+            return false;
+        };
         entry.deletes += 1;
-        if let Some(last) = entry.versions.last() {
-            if let Some(previous) = self.slots.get_mut(usize::try_from(*last).unwrap_or(usize::MAX)) {
-                if previous.seq_ended == SEQ_OPEN {
-                    previous.seq_ended = seq;
-                    if !previous.is_retired() {
-                        self.live_ids = self.live_ids.saturating_sub(1);
-                    }
+        if let Some(previous) = self.slots.get_mut(position(entry.latest)) {
+            if previous.seq_ended == SEQ_OPEN {
+                previous.seq_ended = seq;
+                if !previous.is_retired() {
+                    self.live_ids = self.live_ids.saturating_sub(1);
                 }
             }
         }
         true
     }
 
-    /// Appends a version as a checkpoint recorded it; the ordered sets are built afterwards by
-    /// [`Index::rebuild_sets`]. `version.id` is set here.
-    pub(crate) fn restore_version(&mut self, name: &str, deletes: u32, mut version: VersionEntry) {
-        let slot = u32::try_from(self.slots.len()).unwrap_or(u32::MAX);
-        let id = self.id_position(name);
-        if let Some(entry) = self.ids.get_mut(usize::try_from(id).unwrap_or(usize::MAX)) {
-            entry.deletes = deletes;
-            entry.versions.push(slot);
+    /// An index built from a checkpoint's tables: ids (name, deletes), versions in slot order (each
+    /// id's versions oldest first; `prev` is rebuilt here), and the ordered sets, already sorted.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn from_checkpoint(
+        seq: u64,
+        names: &[&str],
+        deletes: &[(u32, u32)],
+        slots: ChunkVec<VersionEntry>,
+        sets: (Vec<KeySet>, Vec<KeySet>, KeySet),
+        tables: (Interner<Box<str>>, Interner<Scope>, Interner<Box<str>>),
+    ) -> Result<Index, String> {
+        let mut index = Index {
+            seq,
+            ..Index::default()
+        };
+        index.reserve(names.len());
+        for name in names {
+            let id = u32::try_from(index.ids.len()).unwrap_or(u32::MAX);
+            let hash = index.hasher.hash_one(name);
+            let (entries, arena, hasher) = (&index.ids, &index.names, &index.hasher);
+            let slot = index.by_name.entry(
+                hash,
+                |known| {
+                    entries
+                        .get(position(*known))
+                        .is_some_and(|e| arena.get(e.name) == *name)
+                },
+                |known| hasher.hash_one(entries.get(position(*known)).map_or("", |e| arena.get(e.name))),
+            );
+            match slot {
+                hashbrown::hash_table::Entry::Occupied(_) => return Err(format!("id {name:?} is listed twice")),
+                hashbrown::hash_table::Entry::Vacant(vacant) => {
+                    vacant.insert(id);
+                }
+            }
+            let handle = index.names.push(name);
+            index.ids.push(IdEntry {
+                name: handle,
+                latest: NO_SLOT,
+                deletes: 0,
+            });
         }
-        version.id = id;
-        if version.seq_ended == SEQ_OPEN && version.is_stored() {
-            self.live_ids += 1;
+        for (id, count) in deletes {
+            if let Some(entry) = index.ids.get_mut(position(*id)) {
+                entry.deletes = *count;
+            }
         }
-        self.version_string_bytes += version.version.len() as u64;
-        self.slots.push(version);
-    }
-
-    /// Restores an id that a checkpoint recorded without versions (all dropped by compaction), so
-    /// that its delete count is kept.
-    pub(crate) fn restore_id(&mut self, name: &str, deletes: u32) {
-        let id = self.id_position(name);
-        if let Some(entry) = self.ids.get_mut(usize::try_from(id).unwrap_or(usize::MAX)) {
-            entry.deletes = deletes;
+        index.slots = slots;
+        let mut slot = 0u32;
+        for chunk in &mut index.slots.chunks {
+            for version in chunk {
+                if let Some(entry) = index.ids.get_mut(position(version.id)) {
+                    version.prev = entry.latest;
+                    entry.latest = slot;
+                }
+                if version.seq_ended == SEQ_OPEN && version.is_stored() {
+                    index.live_ids += 1;
+                }
+                slot += 1;
+            }
         }
-    }
-
-    /// Installs the interned tables a checkpoint recorded.
-    pub(crate) fn set_tables(
-        &mut self,
-        kinds: Interner<Box<str>>,
-        scopes: Interner<Scope>,
-        sources: Interner<Box<str>>,
-    ) {
-        self.session_scopes = scopes
+        (index.by_type, index.by_scope, index.by_time) = sets;
+        let (kinds, scopes, sources) = tables;
+        index.session_scopes = scopes
             .values()
             .iter()
             .enumerate()
             .filter_map(|(number, scope)| Some((Box::from(scope.session_id()?), u32::try_from(number).ok()?)))
             .collect();
-        self.kinds = kinds;
-        self.scopes = scopes;
-        self.sources = sources;
+        index.kinds = kinds;
+        index.scopes = scopes;
+        index.sources = sources;
+        Ok(index)
     }
 
-    /// Builds the ordered sets from the stored versions, in bulk.
-    pub(crate) fn rebuild_sets(&mut self) {
-        let mut by_type: Vec<Vec<(i64, u32)>> = vec![Vec::new(); self.kinds.len()];
-        let mut by_scope: Vec<Vec<(i64, u32)>> = vec![Vec::new(); self.scopes.len()];
-        let mut by_time = Vec::with_capacity(self.slots.len());
-        for (slot, version) in self.slots.iter().enumerate() {
-            if !version.is_stored() {
-                continue;
-            }
-            let key = (version.timestamp, u32::try_from(slot).unwrap_or(u32::MAX));
-            if let Some(keys) = by_type.get_mut(usize::from(version.kind)) {
-                keys.push(key);
-            }
-            if let Some(keys) = by_scope.get_mut(usize::try_from(version.scope).unwrap_or(usize::MAX)) {
-                keys.push(key);
-            }
-            by_time.push(key);
-        }
-        self.by_type = by_type.into_iter().map(BTreeSet::from_iter).collect();
-        self.by_scope = by_scope.into_iter().map(BTreeSet::from_iter).collect();
-        self.by_time = BTreeSet::from_iter(by_time);
-    }
-
-    /// Removes a stored version's entries from the ordered sets.
+    /// Removes a version no longer stored from the ordered sets (from their arrays in bulk, at the
+    /// next [`Index::purge_sets`]).
     pub(crate) fn unlink_from_sets(&mut self, slot: u32) {
         let Some(version) = self.slot(slot) else { return };
         let key = (version.timestamp, slot);
-        let (kind, scope) = (
-            usize::from(version.kind),
-            usize::try_from(version.scope).unwrap_or(usize::MAX),
-        );
+        let (kind, scope) = (usize::from(version.kind), position(version.scope));
         if let Some(set) = self.by_type.get_mut(kind) {
-            set.remove(&key);
+            set.remove(key);
         }
         if let Some(set) = self.by_scope.get_mut(scope) {
-            set.remove(&key);
+            set.remove(key);
         }
-        self.by_time.remove(&key);
+        self.by_time.remove(key);
+    }
+
+    /// Drops from the sets' arrays every entry [`Index::unlink_from_sets`] marked.
+    pub(crate) fn purge_sets(&mut self) {
+        let slots = &self.slots;
+        for set in self.by_type.iter_mut().chain(self.by_scope.iter_mut()) {
+            set.purge(slots);
+        }
+        self.by_time.purge(slots);
     }
 
     /// Compaction moved a version's record (stored or retired) to `location`.
     pub(crate) fn relocate(&mut self, slot: u32, location: Location) {
-        if let Some(version) = self.slots.get_mut(usize::try_from(slot).unwrap_or(usize::MAX)) {
+        if let Some(version) = self.slots.get_mut(position(slot)) {
             version.location = location;
         }
     }
@@ -493,7 +823,7 @@ impl Index {
     /// Its entries stay in the ordered sets (readers skip versions that are not stored) until
     /// [`Index::unlink_from_sets`]; returns whether it was stored (so has entries there).
     pub(crate) fn retire(&mut self, slot: u32, location: Location) -> bool {
-        let Some(version) = self.slots.get_mut(usize::try_from(slot).unwrap_or(usize::MAX)) else {
+        let Some(version) = self.slots.get_mut(position(slot)) else {
             return false;
         };
         let was_stored = version.state == VersionState::Stored;
@@ -508,45 +838,50 @@ impl Index {
     /// Compaction dropped every trace of a version of a closed history.
     /// As with [`Index::retire`], its set entries are unlinked later; returns whether it was stored.
     pub(crate) fn forget(&mut self, slot: u32) -> bool {
-        let Some(version) = self.slots.get_mut(usize::try_from(slot).unwrap_or(usize::MAX)) else {
+        let Some(version) = self.slots.get_mut(position(slot)) else {
             return false;
         };
         let was_stored = version.state == VersionState::Stored;
         version.state = VersionState::Forgotten;
-        version.version = Box::from("");
-        let id = version.id;
-        if let Some(entry) = self.ids.get_mut(usize::try_from(id).unwrap_or(usize::MAX)) {
-            entry.versions.retain(|s| *s != slot);
+        let (id, prev) = (version.id, version.prev);
+        version.prev = NO_SLOT;
+        // Take the slot out of its id's chain.
+        let mut newer = None;
+        let mut at = self.ids.get(position(id)).map_or(NO_SLOT, |entry| entry.latest);
+        while at != NO_SLOT && at != slot {
+            newer = Some(at);
+            at = self.slot(at).map_or(NO_SLOT, |v| v.prev);
+        }
+        if at == slot {
+            match newer {
+                Some(newer) => {
+                    if let Some(v) = self.slots.get_mut(position(newer)) {
+                        v.prev = prev;
+                    }
+                }
+                None => {
+                    if let Some(entry) = self.ids.get_mut(position(id)) {
+                        entry.latest = prev;
+                    }
+                }
+            }
         }
         self.forgotten += 1;
         was_stored
     }
 
-    /// An estimate of the heap and inline bytes the index uses, and the formula's parts.
+    /// The heap bytes the index uses (allocated capacity included), from its parts.
     pub(crate) fn estimated_bytes(&self) -> u64 {
-        // BTreeSet nodes hold up to 11 keys; at the usual two-thirds fill a key costs its size plus
-        // about half again for node overhead.
-        let set_key_bytes = (std::mem::size_of::<(i64, u32)>() as u64) * 3 / 2;
-        let set_keys = self.by_time.len() as u64
-            + self.by_type.iter().map(|set| set.len() as u64).sum::<u64>()
-            + self.by_scope.iter().map(|set| set.len() as u64).sum::<u64>();
-        // A hash map entry: key and value plus one control byte, at a load factor of 7/8.
-        let map_entry_bytes = (std::mem::size_of::<(Arc<str>, u32)>() as u64 + 1) * 8 / 7;
-        // Arc<str> heap: two counters and the bytes. Box<str>: the bytes (allocator rounding ignored).
-        let id_heap = self.id_string_bytes + 16 * self.ids.len() as u64;
-        let versions_vec = self
-            .ids
-            .iter()
-            .filter(|entry| entry.versions.spilled())
-            .map(|entry| entry.versions.capacity() as u64 * 4)
-            .sum::<u64>();
-        std::mem::size_of::<VersionEntry>() as u64 * self.slots.capacity() as u64
-            + self.version_string_bytes
-            + std::mem::size_of::<IdEntry>() as u64 * self.ids.capacity() as u64
-            + versions_vec
-            + id_heap
-            + map_entry_bytes * self.by_name.len() as u64
-            + set_key_bytes * set_keys
+        // A hash table entry: the 4-byte id plus one control byte, over the allocated buckets.
+        let by_name = self.by_name.capacity() as u64 * 8 / 7 * 5;
+        let sets = self.by_time.heap_bytes()
+            + self
+                .by_type
+                .iter()
+                .chain(self.by_scope.iter())
+                .map(KeySet::heap_bytes)
+                .sum::<u64>();
+        self.slots.heap_bytes() + self.ids.heap_bytes() + self.names.heap_bytes() + by_name + sets
     }
 }
 
@@ -586,18 +921,22 @@ mod tests {
         len: 10,
     };
 
+    fn visible_tag(index: &Index, name: &str, seq: u64) -> Option<u32> {
+        index.visible(name, seq).map(|v| v.version.version_tag)
+    }
+
     #[test]
     fn versions_end_where_the_next_begins() {
         let mut index = Index::default();
         index.apply_put(1, &put("a", "1", 10), HERE);
         index.apply_put(2, &put("a", "2", 5), HERE);
-        assert_eq!(index.visible("a", 1).map(|v| &*v.version.version), Some("1"));
-        assert_eq!(index.visible("a", 2).map(|v| &*v.version.version), Some("2"));
+        assert_eq!(visible_tag(&index, "a", 1), Some(version_tag("1")));
+        assert_eq!(visible_tag(&index, "a", 2), Some(version_tag("2")));
         assert!(index.visible("a", 0).is_none());
         assert_eq!(index.live_ids, 1);
         assert!(index.apply_delete(3, "a"));
         assert!(index.visible("a", 3).is_none());
-        assert_eq!(index.visible("a", 2).map(|v| &*v.version.version), Some("2"));
+        assert_eq!(visible_tag(&index, "a", 2), Some(version_tag("2")));
         assert_eq!(index.current_history("a").count(), 0);
         assert!(!index.apply_delete(4, "a"), "a second delete finds no history");
         index.apply_put(5, &put("a", "1", 1), HERE);
@@ -611,7 +950,62 @@ mod tests {
         let mut index = Index::default();
         index.apply_put(1, &put("a", "1", 10), HERE);
         index.apply_put(1, &put("a", "2", 10), HERE);
-        assert_eq!(index.visible("a", 1).map(|v| &*v.version.version), Some("2"));
+        assert_eq!(visible_tag(&index, "a", 1), Some(version_tag("2")));
         assert!(index.estimated_bytes() > 0);
+    }
+
+    #[test]
+    fn ordered_sets_stay_ordered_whatever_the_arrival_order() {
+        let mut index = Index::default();
+        let mut expected = Vec::new();
+        // Mostly increasing timestamps with many out-of-order ones, enough to force merges.
+        for n in 0..20_000i64 {
+            let timestamp = if n % 3 == 0 { 40_000 - n } else { n };
+            let name = format!("id-{n}");
+            index.apply_put(1 + n as u64, &put(&name, "1", timestamp), HERE);
+            expected.push((timestamp, u32::try_from(n).unwrap()));
+        }
+        expected.sort_unstable();
+        let all: Vec<(i64, u32)> = index.by_time.range(&index.slots, i64::MIN, i64::MAX, false).collect();
+        assert_eq!(all, expected);
+        let window: Vec<(i64, u32)> = index.by_time.range(&index.slots, 100, 200, true).collect();
+        let mut want: Vec<(i64, u32)> = expected
+            .iter()
+            .copied()
+            .filter(|k| (100..=200).contains(&k.0))
+            .collect();
+        want.reverse();
+        assert_eq!(window, want);
+        // Forget every other version: after the purge the sets hold only what is stored.
+        for slot in (0..20_000u32).step_by(2) {
+            index.forget(slot);
+            index.unlink_from_sets(slot);
+        }
+        index.purge_sets();
+        let left: Vec<u32> = index
+            .by_time
+            .range(&index.slots, i64::MIN, i64::MAX, false)
+            .map(|k| k.1)
+            .collect();
+        assert_eq!(left.len(), 10_000);
+        assert!(left.iter().all(|slot| slot % 2 == 1));
+        assert_eq!(index.by_time.sorted_slots(&index.slots), left);
+    }
+
+    #[test]
+    fn forgetting_a_version_takes_it_out_of_its_chain() {
+        let mut index = Index::default();
+        for (seq, version) in [(1, "1"), (2, "2"), (3, "3")] {
+            index.apply_put(seq, &put("a", version, 1), HERE);
+        }
+        index.forget(1);
+        let id = index.id_number("a").unwrap();
+        let chain: Vec<u32> = index.versions_of(id).map(|(slot, _)| slot).collect();
+        assert_eq!(chain, vec![2, 0]);
+        index.forget(2);
+        let chain: Vec<u32> = index.versions_of(id).map(|(slot, _)| slot).collect();
+        assert_eq!(chain, vec![0]);
+        assert!(index.id_number("b").is_none());
+        assert_eq!(index.id_name(id), "a");
     }
 }

@@ -15,7 +15,9 @@ use crate::checkpoint::{self, SegmentMark};
 use crate::error::{Error, Result};
 use crate::index::{Index, Location, PinInfo};
 use crate::item::TypeSpec;
-use crate::log::record::{decode_batch, read_frame, FrameError, RecordView, FRAME_HEADER_BYTES, FRAME_KIND_BATCH};
+use crate::log::record::{
+    decode_batch, decode_record, read_frame, FrameError, RecordView, FRAME_HEADER_BYTES, FRAME_KIND_BATCH,
+};
 use crate::log::segment::{
     parse_segment_file_name, read_whole, segment_file_name, Segment, SegmentHeader, SEGMENT_HEADER_BYTES,
 };
@@ -137,26 +139,52 @@ fn location_of(segment: u32, frame_offset: usize, start: usize, len: usize) -> R
     })
 }
 
+/// Whether the current history of `id` already holds `version`. The index's version tags rule out
+/// almost every candidate; one whose tag matches is read back, from `bytes` (the segment being
+/// replayed, number `segment`) or from an earlier segment.
+fn stored_twice(index: &Index, segment: u32, bytes: &[u8], id: &str, version: &str) -> bool {
+    let tag = crate::index::version_tag(version);
+    index
+        .current_history(id)
+        .filter(|entry| entry.version_tag == tag)
+        .any(|entry| {
+            if entry.location.segment != segment {
+                return crate::snapshot::read_identity(index, entry).is_ok_and(|(found, _)| found == version);
+            }
+            let start = usize::try_from(entry.location.offset).unwrap_or(usize::MAX);
+            let end = start.saturating_add(usize::try_from(entry.location.len).unwrap_or(usize::MAX));
+            let record = bytes.get(start..end).and_then(|record| decode_record(record).ok());
+            match record {
+                Some(RecordView::Put(put)) => put.version == version,
+                Some(RecordView::Retired { version: found, .. }) => found == version,
+                _ => false,
+            }
+        })
+}
+
 /// Applies one replayed batch to the index.
-fn replay_batch(index: &mut Index, seq: u64, segment: u32, frame_offset: usize, payload: &[u8]) -> Result<u64, String> {
+fn replay_batch(
+    index: &mut Index,
+    seq: u64,
+    (segment, bytes): (u32, &[u8]),
+    frame_offset: usize,
+    payload: &[u8],
+) -> Result<u64, String> {
     let records = decode_batch(payload).map_err(|e| e.0)?;
     let count = records.len() as u64;
     for (start, len, record) in records {
         match record {
             RecordView::Put(put) => {
-                if index
-                    .current_history(put.id)
-                    .any(|entry| &*entry.version == put.version)
-                {
+                if stored_twice(index, segment, bytes, put.id, put.version) {
                     return Err(format!("item {:?} version {:?} is stored twice", put.id, put.version));
                 }
                 index.apply_put(seq, &put, location_of(segment, frame_offset, start, len)?);
             }
-            RecordView::Retired { id, version, hash } => {
-                if index.current_history(id).any(|entry| &*entry.version == version) {
+            RecordView::Retired { id, version, .. } => {
+                if stored_twice(index, segment, bytes, id, version) {
                     return Err(format!("item {id:?} version {version:?} is stored twice"));
                 }
-                index.apply_retired(seq, id, version, hash, location_of(segment, frame_offset, start, len)?);
+                index.apply_retired(seq, id, version, location_of(segment, frame_offset, start, len)?);
             }
             RecordView::Pin {
                 name,
@@ -412,7 +440,7 @@ fn replay(
             header.rewrites > 0,
             &mut |seq, offset, payload| {
                 frames += 1;
-                records += replay_batch(&mut index, seq, number, offset, payload)?;
+                records += replay_batch(&mut index, seq, (number, &bytes), offset, payload)?;
                 Ok(())
             },
         );

@@ -7,7 +7,7 @@ use serde::Serialize;
 use sha2::Digest;
 
 use crate::error::{Error, Result};
-use crate::index::{Index, VersionEntry};
+use crate::index::{version_tag, Index, VersionEntry};
 use crate::item::{canonical_json, content_hash, format_hash, validate_name, validate_version, ContextItem};
 use crate::log::record::{decode_record, RecordView};
 use crate::log::writer::Op;
@@ -65,9 +65,8 @@ impl From<ReadFailure> for Error {
     }
 }
 
-/// Reads the item stored for `version`, checking the record's CRC, that it is the version the index
-/// says it is, and the content's SHA-256.
-pub(crate) fn read_item(index: &Index, version: &VersionEntry) -> Result<ContextItem, ReadFailure> {
+/// The bytes of the record at `version`'s location (borrowed from the map of a sealed segment).
+fn record_bytes<'a>(index: &'a Index, version: &VersionEntry) -> Result<std::borrow::Cow<'a, [u8]>, ReadFailure> {
     let location = version.location;
     let Some(segment) = index.segments.get(&location.segment) else {
         return Err(ReadFailure::Damaged(Error::Corrupt {
@@ -76,31 +75,86 @@ pub(crate) fn read_item(index: &Index, version: &VersionEntry) -> Result<Context
             reason: "the segment holding this record is missing".into(),
         }));
     };
-    let damaged = |reason: String| {
-        ReadFailure::Damaged(Error::Corrupt {
-            file: segment.path.clone(),
-            offset: u64::from(location.offset),
-            reason,
-        })
-    };
-    let bytes = segment
+    segment
         .read(u64::from(location.offset), location.len)
         .map_err(|e| match e {
             e @ Error::Corrupt { .. } => ReadFailure::Damaged(e),
             other => ReadFailure::Io(other),
-        })?;
-    let record = decode_record(&bytes).map_err(|e| damaged(e.0))?;
+        })
+}
+
+fn damaged(index: &Index, version: &VersionEntry, reason: String) -> ReadFailure {
+    let file = index.segments.get(&version.location.segment).map_or_else(
+        || format!("segment {}", version.location.segment).into(),
+        |s| s.path.clone(),
+    );
+    ReadFailure::Damaged(Error::Corrupt {
+        file,
+        offset: u64::from(version.location.offset),
+        reason,
+    })
+}
+
+/// Reads the item stored for `version`, checking the record's CRC, that it is the id (and
+/// timestamp) the index says it is, and the content's SHA-256.
+pub(crate) fn read_item(index: &Index, version: &VersionEntry) -> Result<ContextItem, ReadFailure> {
+    let bytes = record_bytes(index, version)?;
+    let record = decode_record(&bytes).map_err(|e| damaged(index, version, e.0))?;
     let RecordView::Put(put) = record else {
-        return Err(damaged("the index points at a record that is not an item".into()));
+        return Err(damaged(
+            index,
+            version,
+            "the index points at a record that is not an item".into(),
+        ));
     };
-    if put.id != index.id_name(version.id) || put.version != &*version.version || put.hash != version.hash {
-        return Err(damaged("the stored record is not the version the index expects".into()));
+    if put.id != index.id_name(version.id)
+        || put.timestamp != version.timestamp
+        || version_tag(put.version) != version.version_tag
+    {
+        return Err(damaged(
+            index,
+            version,
+            "the stored record is not the version the index expects".into(),
+        ));
     }
-    let content = put.content().map_err(|e| damaged(e.0))?;
+    let content = put.content().map_err(|e| damaged(index, version, e.0))?;
     if content_hash(&content) != put.hash {
-        return Err(damaged("content does not match its SHA-256".into()));
+        return Err(damaged(index, version, "content does not match its SHA-256".into()));
     }
-    put.to_item_from(&content).map_err(|e| damaged(e.0))
+    put.to_item_from(&content).map_err(|e| damaged(index, version, e.0))
+}
+
+/// The version string and content hash of a stored or retired version, from its record.
+pub(crate) fn read_identity(index: &Index, version: &VersionEntry) -> Result<(String, [u8; 32]), ReadFailure> {
+    let bytes = record_bytes(index, version)?;
+    let record = decode_record(&bytes).map_err(|e| damaged(index, version, e.0))?;
+    let (id, found, hash) = match record {
+        RecordView::Put(put) => (put.id, put.version, put.hash),
+        RecordView::Retired { id, version, hash } => (id, version, hash),
+        _ => {
+            return Err(damaged(
+                index,
+                version,
+                "the index points at a record that is not an item".into(),
+            ))
+        }
+    };
+    if id != index.id_name(version.id) || version_tag(found) != version.version_tag {
+        return Err(damaged(
+            index,
+            version,
+            "the stored record is not the version the index expects".into(),
+        ));
+    }
+    Ok((found.to_owned(), hash))
+}
+
+/// Whether `entry` is version `asked`: the tag decides when it differs, the record when it matches.
+pub(crate) fn is_version(index: &Index, entry: &VersionEntry, asked: &str) -> Result<bool, ReadFailure> {
+    if entry.version_tag != version_tag(asked) {
+        return Ok(false);
+    }
+    Ok(read_identity(index, entry)?.0 == asked)
 }
 
 /// Keeps compaction from reclaiming what a live snapshot handle sees, until the last clone drops.
@@ -453,29 +507,37 @@ impl Snapshot {
             Err(ReadFailure::Damaged(_)) => Ok(Err(Resolution::HashMismatch { id: id.to_owned() })),
             Err(ReadFailure::Io(e)) => Err(e),
         };
+        let item = match read(latest)? {
+            Ok(item) => item,
+            Err(mismatch) => return Ok(mismatch),
+        };
         match version {
-            Some(asked) if asked != &*latest.version => {
-                let earlier = visible
-                    .entry
-                    .versions
-                    .iter()
-                    .filter_map(|slot| index.slot(*slot))
-                    .any(|entry| {
-                        entry.generation == latest.generation && entry.seq_created <= seq && &*entry.version == asked
-                    });
+            Some(asked) if asked != item.version => {
+                // An earlier version of the same history that this view has seen.
+                let mut earlier = false;
+                for (_, entry) in index.versions_of(latest.id) {
+                    if entry.generation != latest.generation || entry.seq_created > seq {
+                        continue;
+                    }
+                    match is_version(index, entry, asked) {
+                        Ok(true) => {
+                            earlier = true;
+                            break;
+                        }
+                        Ok(false) | Err(ReadFailure::Damaged(_)) => {}
+                        Err(ReadFailure::Io(e)) => return Err(e),
+                    }
+                }
                 if !earlier {
                     return not_found();
                 }
-                Ok(match read(latest)? {
-                    Ok(item) => Resolution::Superseded {
-                        id: id.to_owned(),
-                        requested_version: asked.to_owned(),
-                        latest: item,
-                    },
-                    Err(mismatch) => mismatch,
+                Ok(Resolution::Superseded {
+                    id: id.to_owned(),
+                    requested_version: asked.to_owned(),
+                    latest: item,
                 })
             }
-            _ => Ok(read(latest)?.map_or_else(|mismatch| mismatch, Resolution::Found)),
+            _ => Ok(Resolution::Found(item)),
         }
     }
 }

@@ -246,6 +246,8 @@ pub(crate) struct Shared {
     pub(crate) compaction: Mutex<()>,
     /// Log bytes when the last checkpoint was written.
     checkpointed_log_bytes: AtomicU64,
+    /// Size of the newest checkpoint written by this process, in bytes.
+    pub(crate) last_checkpoint_bytes: AtomicU64,
 }
 
 impl Shared {
@@ -447,6 +449,7 @@ impl Store {
             live_snapshots: Mutex::new(BTreeMap::new()),
             compaction: Mutex::new(()),
             checkpointed_log_bytes: AtomicU64::new(0),
+            last_checkpoint_bytes: AtomicU64::new(0),
         });
         shared.note_checkpoint();
         let (sender, receiver) = crossbeam_channel::unbounded();
@@ -830,6 +833,9 @@ impl Store {
             let bytes = storage
                 .read(&path)
                 .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+            if checkpoint::is_older_format(&bytes) {
+                continue;
+            }
             if let Err(reason) = checkpoint::decode(&bytes) {
                 report.problems.push(Problem {
                     file: path,
@@ -876,8 +882,11 @@ const MAINTENANCE_INTERVAL: Duration = Duration::from_secs(1);
 const MAINTENANCE_CLOCK_STEP_SECONDS: i64 = 60;
 /// The reclaimable share of a sealed segment at which the background compactor rewrites it.
 const AUTO_COMPACT_MIN_SHARE: f64 = 0.5;
-/// Bytes of log appended after which the maintenance thread writes a new checkpoint.
+/// Bytes of log appended after which the maintenance thread writes a new checkpoint, at the least.
 const CHECKPOINT_EVERY_BYTES: u64 = 64 << 20;
+/// ... and at least this many times the last checkpoint's size, so that rewriting checkpoints never
+/// costs more than half as many bytes as the log itself.
+const CHECKPOINT_EVERY_SIZES: u64 = 2;
 
 /// Compacts (and then checkpoints) while holding the compaction lock.
 fn compact_and_checkpoint(shared: &Shared, min_share: f64) -> Result<CompactionReport> {
@@ -890,7 +899,7 @@ fn compact_and_checkpoint(shared: &Shared, min_share: f64) -> Result<CompactionR
 }
 
 /// Starts the maintenance thread (background compaction when `auto_compact`, and a checkpoint every
-/// [`CHECKPOINT_EVERY_BYTES`] of log); it stops when the returned sender is dropped.
+/// [`CHECKPOINT_EVERY_BYTES`] of log, or [`CHECKPOINT_EVERY_SIZES`] times the last checkpoint's size); it stops when the returned sender is dropped.
 fn start_maintenance(shared: Arc<Shared>, auto_compact: bool) -> Result<(Sender<()>, JoinHandle<()>)> {
     let (stop, stopped) = crossbeam_channel::bounded::<()>(0);
     let handle = std::thread::Builder::new()
@@ -917,7 +926,9 @@ fn start_maintenance(shared: Arc<Shared>, auto_compact: bool) -> Result<(Sender<
                         tracing::warn!("background compaction failed: {e}");
                     }
                 }
-                if shared.log_bytes().saturating_sub(shared.checkpointed_log_bytes()) >= CHECKPOINT_EVERY_BYTES {
+                let every = CHECKPOINT_EVERY_BYTES
+                    .max(CHECKPOINT_EVERY_SIZES * shared.last_checkpoint_bytes.load(Ordering::Relaxed));
+                if shared.log_bytes().saturating_sub(shared.checkpointed_log_bytes()) >= every {
                     match checkpoint::write(&shared, true) {
                         Ok(_) => shared.note_checkpoint(),
                         Err(e) => tracing::warn!("writing a checkpoint failed: {e}"),

@@ -142,7 +142,13 @@ fn m1_v2_content() -> serde_json::Value {
     json!({"role": "user", "b": "edited again and again, ".repeat(12)})
 }
 
+/// The compacted store as this build writes it: segments of format 1, a checkpoint of format 2.
 fn compacted_fixture_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/format-v1-checkpoint-v2")
+}
+
+/// The same store as the first release wrote it, with a checkpoint of format 1.
+fn checkpoint_v1_fixture_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/format-v1-compacted")
 }
 
@@ -254,9 +260,17 @@ fn this_build_writes_the_golden_compacted_store_and_checkpoint() {
 
 #[test]
 fn the_golden_compacted_store_opens_from_its_checkpoint_and_by_full_replay() {
-    for with_checkpoint in [true, false] {
+    // (fixture, copy its checkpoint, the checkpoint seq opening starts from)
+    let cases = [
+        (compacted_fixture_dir(), true, Some(9)),
+        (compacted_fixture_dir(), false, None),
+        // A checkpoint of an older format is refused, never fatal: the whole log is replayed.
+        (checkpoint_v1_fixture_dir(), true, None),
+        (checkpoint_v1_fixture_dir(), false, None),
+    ];
+    for (fixture, with_checkpoint, started_from) in cases {
         let dir = tempfile::tempdir().expect("tempdir");
-        for (name, bytes) in store_files(&compacted_fixture_dir()) {
+        for (name, bytes) in store_files(&fixture) {
             if with_checkpoint || !name.ends_with(".idx") {
                 std::fs::write(dir.path().join(name), bytes).expect("copy fixture");
             }
@@ -266,7 +280,12 @@ fn the_golden_compacted_store_opens_from_its_checkpoint_and_by_full_replay() {
             .auto_compact(false)
             .open(dir.path())
             .expect("open");
-        assert_eq!(store.stats().recovery.checkpoint_seq, with_checkpoint.then_some(9));
+        let recovery = store.stats().recovery;
+        assert_eq!(recovery.checkpoint_seq, started_from, "{}", fixture.display());
+        if with_checkpoint && started_from.is_none() {
+            let why = recovery.checkpoint_rejected.unwrap_or_default();
+            assert!(why.contains("version 1 is not supported"), "{why}");
+        }
         assert!(store.verify().expect("verify").is_ok());
         assert_eq!(store.stats().seq, 9);
         let live = store

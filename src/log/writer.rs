@@ -486,7 +486,7 @@ fn plan(index: &crate::index::Index, registry: &TypeRegistry, group: &Overlay, o
         match op {
             Op::Put(valid) => {
                 let item = &valid.item;
-                match existing_hash(index, group, &batch, &item.id, &item.version) {
+                match existing_hash(index, group, &batch, &item.id, &item.version)? {
                     Some(existing) if existing == valid.hash => {
                         outcomes.push(OpOutcome::Unchanged);
                         continue;
@@ -598,21 +598,27 @@ fn existing_hash(
     batch: &Overlay,
     id: &str,
     version: &str,
-) -> Option<[u8; 32]> {
+) -> Result<Option<[u8; 32]>> {
     for overlay in [batch, group] {
         if let Some(pending) = overlay.ids.get(id) {
             if let Some((_, hash)) = pending.versions.iter().find(|(v, _)| v == version) {
-                return Some(*hash);
+                return Ok(Some(*hash));
             }
             if pending.reset {
-                return None;
+                return Ok(None);
             }
         }
     }
-    index
-        .current_history(id)
-        .find(|entry| &*entry.version == version)
-        .map(|entry| entry.hash)
+    for entry in index.current_history(id) {
+        if entry.version_tag != crate::index::version_tag(version) {
+            continue;
+        }
+        let (found, hash) = crate::snapshot::read_identity(index, entry).map_err(Error::from)?;
+        if found == version {
+            return Ok(Some(hash));
+        }
+    }
+    Ok(None)
 }
 
 /// Whether `name` is pinned once the earlier batches of the group and this one are applied.
