@@ -1,12 +1,15 @@
 //! Opens an existing store N times and prints the open time; with `replay`, its checkpoints are
 //! removed first so that each open replays the whole log.
-//! `cargo run --release --example open_profile -- DIR [N] [replay]`.
+//! With `once`, it opens one time and exits without closing (no checkpoint is written), so that
+//! `/usr/bin/time` measures the open alone.
+//! `cargo run --release --example open_profile -- DIR [N] [replay|once]`.
 use std::time::Instant;
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let dir = args.next().ok_or("DIR")?;
     let n: u32 = args.next().map_or(Ok(3), |a| a.parse())?;
-    let replay = args.next().is_some_and(|a| a == "replay");
+    let mode = args.next().unwrap_or_default();
+    let replay = mode == "replay";
     for _ in 0..n {
         if replay {
             for entry in std::fs::read_dir(&dir)? {
@@ -26,6 +29,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             stats.recovery.checkpoint_seq,
             stats.recovery.frames
         );
+        if mode == "once" {
+            std::process::exit(0);
+        }
         drop(store);
     }
     Ok(())

@@ -399,6 +399,9 @@ impl KeySet {
 
     /// Every key in order (for checkpoints): the array and the B-tree merged, reclaimed slots left out.
     pub(crate) fn sorted_slots(&self, slots: &ChunkVec<VersionEntry>) -> Vec<u32> {
+        if self.delta.is_empty() && self.dead == 0 {
+            return self.base.clone();
+        }
         let mut copy = self.clone();
         copy.merge(slots);
         copy.base
