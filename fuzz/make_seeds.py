@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Writes the committed seed inputs of every fuzz target into fuzz/seeds/<target>/.
 
-Binary seeds are cut from the golden stores in tests/fixtures/ (format-v1 and
-format-v1-checkpoint-v2); text seeds are written out here. Run from anywhere:
+Binary seeds are cut from the golden stores in tests/fixtures/ (format-v1, format-v2 and
+format-v2-compacted); text seeds are written out here. Run from anywhere:
     python3 fuzz/make_seeds.py
 """
 import os
@@ -41,18 +41,21 @@ def frames(segment):
 
 
 plain = read("format-v1", "00000001.seg")
-compacted1 = read("format-v1-checkpoint-v2", "00000001.seg")
-compacted2 = read("format-v1-checkpoint-v2", "00000002.seg")
-checkpoint = read("format-v1-checkpoint-v2", "checkpoint-00000000000000000009.idx")
+plain2 = read("format-v2", "00000001.seg")
+compacted1 = read("format-v2-compacted", "00000001.seg")
+compacted2 = read("format-v2-compacted", "00000002.seg")
+checkpoint = read("format-v2-compacted", "checkpoint-00000000000000000009.idx")
 
-# decode_frame: every frame of both golden stores.
-for store, segment in (("v1", plain), ("compacted", compacted1)):
+# decode_frame: every frame of the golden stores (format 1 has no sync marks, format 2 has).
+for store, segment in (("v1", plain), ("v2", plain2), ("compacted", compacted1)):
     for i, frame in enumerate(frames(segment)):
         write("decode_frame", f"{store}-frame-{i}", frame)
 
 # scan_segment: the segment files, and a torn tail.
 write("scan_segment", "v1-00000001.seg", plain)
 write("scan_segment", "v1-torn-tail.seg", plain[:-7])
+write("scan_segment", "v2-00000001.seg", plain2)
+write("scan_segment", "v2-torn-tail.seg", plain2[:-7])
 write("scan_segment", "compacted-00000001.seg", compacted1)
 write("scan_segment", "compacted-00000002.seg", compacted2)
 
@@ -63,6 +66,8 @@ write("decode_checkpoint", "compacted-checkpoint-9.idx", checkpoint)
 write("recovery", "v1", b"\x00" + plain)
 write("recovery", "v1-sealed", b"\x01" + plain)
 write("recovery", "v1-torn-tail", b"\x00" + plain[:-7])
+write("recovery", "v2", b"\x00" + plain2)
+write("recovery", "v2-torn-tail", b"\x00" + plain2[:-7])
 write("recovery", "compacted-with-checkpoint", b"\x00" + compacted1 + compacted2 + checkpoint)
 write("recovery", "compacted-no-checkpoint", b"\x01" + compacted1 + compacted2)
 write("recovery", "empty-segment", b"\x00" + compacted2)

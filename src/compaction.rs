@@ -311,6 +311,8 @@ fn rewrite(shared: &Shared, number: u32, plan: &SegmentPlan, report: &mut Compac
                         let at = encoder.raw(raw);
                         placed.push((at, len, Some((slot, None))));
                     }
+                    // The rewritten frame has its own sync mark (a sealed segment is synced whole).
+                    (None, RecordView::SyncMark { .. }) => {}
                     (None, _) => {
                         let at = encoder.raw(raw);
                         placed.push((at, len, None));

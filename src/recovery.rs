@@ -16,7 +16,8 @@ use crate::error::{Error, Result};
 use crate::index::{Index, Location, PinInfo};
 use crate::item::TypeSpec;
 use crate::log::record::{
-    decode_batch, decode_record, read_frame, FrameError, RecordView, FRAME_HEADER_BYTES, FRAME_KIND_BATCH,
+    decode_batch, decode_record, frame_sync_mark, read_frame, FrameError, RecordView, FRAME_HEADER_BYTES,
+    FRAME_KIND_BATCH,
 };
 use crate::log::segment::{
     parse_segment_file_name, read_whole, segment_file_name, Segment, SegmentHeader, SEGMENT_HEADER_BYTES,
@@ -104,7 +105,7 @@ pub(crate) fn scan_frames(
             Err(FrameError::Short) => "frame is cut short by the end of the file".to_owned(),
             Err(FrameError::Bad(reason)) => reason,
         };
-        let torn = newest && !valid_frame_after(bytes, offset + 1, *next_seq);
+        let torn = newest && !synced_frame_after(bytes, offset, *next_seq);
         return ScanEnd::Bad {
             offset,
             reason: failure,
@@ -114,18 +115,27 @@ pub(crate) fn scan_frames(
     ScanEnd::Clean { end: offset }
 }
 
-/// Whether a CRC-valid frame with a plausible sequence number starts anywhere at or after `from`.
-fn valid_frame_after(bytes: &[u8], from: usize, expected_seq: u64) -> bool {
+/// Whether a CRC-valid frame with a plausible sequence number starts after the bad frame at `bad`
+/// and shows that the bytes at `bad` had been synced before it was written: its sync mark is past
+/// `bad`, or it has no sync mark (segment format 1). Frames written after the last sync that
+/// reached the disk carry a mark at or before `bad`: such a frame after a hole is what a power cut
+/// leaves when unsynced writes reach the disk out of order, and it was never durable either.
+fn synced_frame_after(bytes: &[u8], bad: usize, expected_seq: u64) -> bool {
     let last = bytes.len().saturating_sub(FRAME_HEADER_BYTES);
-    (from..=last).any(|at| {
+    (bad + 1..=last).any(|at| {
         let kind = bytes.get(at + 8).copied();
         let seq = bytes
             .get(at + 9..at + 17)
             .and_then(|s| s.try_into().ok())
             .map(u64::from_le_bytes);
-        kind == Some(FRAME_KIND_BATCH)
-            && seq.is_some_and(|seq| seq >= expected_seq && seq - expected_seq < 1 << 32)
-            && read_frame(bytes.get(at..).unwrap_or_default()).is_ok()
+        if kind != Some(FRAME_KIND_BATCH) || !seq.is_some_and(|seq| seq >= expected_seq && seq - expected_seq < 1 << 32)
+        {
+            return false;
+        }
+        match read_frame(bytes.get(at..).unwrap_or_default()) {
+            Ok((_, payload)) => frame_sync_mark(payload).is_none_or(|synced| synced > bad as u64),
+            Err(_) => false,
+        }
     })
 }
 
@@ -171,7 +181,10 @@ fn replay_batch(
     payload: &[u8],
 ) -> Result<u64, String> {
     let records = decode_batch(payload).map_err(|e| e.0)?;
-    let count = records.len() as u64;
+    let count = records
+        .iter()
+        .filter(|(_, _, record)| !matches!(record, RecordView::SyncMark { .. }))
+        .count() as u64;
     for (start, len, record) in records {
         match record {
             RecordView::Put(put) => {
@@ -205,6 +218,7 @@ fn replay_batch(
             RecordView::Delete { id } => {
                 index.apply_delete(seq, id);
             }
+            RecordView::SyncMark { .. } => {}
             RecordView::RegisterType { name, pattern } => {
                 let mut spec = TypeSpec::new(name);
                 if let Some(pattern) = pattern {

@@ -453,6 +453,7 @@ impl Store {
         });
         shared.note_checkpoint();
         let (sender, receiver) = crossbeam_channel::unbounded();
+        let synced_len = recovered.active.len;
         let writer = Writer {
             shared: Arc::clone(&shared),
             dir: dir.to_path_buf(),
@@ -464,6 +465,8 @@ impl Store {
             dirty: false,
             last_sync: Instant::now(),
             buffer: Vec::new(),
+            // Recovery synced what it replayed of the newest segment.
+            synced_len,
         };
         let handle = std::thread::Builder::new()
             .name("ctxlog-writer".into())
@@ -796,6 +799,9 @@ impl Store {
                     frames_checked += 1;
                     let records = decode_batch(payload).map_err(|e| e.0)?;
                     for (start, _, record) in records {
+                        if matches!(record, RecordView::SyncMark { .. }) {
+                            continue;
+                        }
                         records_checked += 1;
                         if let RecordView::Put(put) = record {
                             let intact = put.content().is_ok_and(|content| content_hash(&content) == put.hash);

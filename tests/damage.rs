@@ -662,7 +662,7 @@ fn a_newest_segment_torn_while_created_is_removed() {
     // The header segment `torn_number` would get, as docs/FORMAT.md lays it out.
     let mut header = Vec::with_capacity(SEGMENT_HEADER_BYTES);
     header.extend_from_slice(b"CTXLOGSG");
-    header.extend_from_slice(&1u32.to_le_bytes());
+    header.extend_from_slice(&2u32.to_le_bytes());
     header.extend_from_slice(&torn_number.to_le_bytes());
     header.extend_from_slice(&(seq + 1).to_le_bytes());
     header.extend_from_slice(&0u32.to_le_bytes());
@@ -721,6 +721,11 @@ fn records(bytes: &[u8], frame: &Range<usize>) -> Vec<(Range<usize>, String)> {
     for _ in 0..count {
         let body = at + 9;
         let end = body + le_u32(at + 1);
+        if bytes[at] == 7 {
+            // The frame's sync mark (segment format 2).
+            at = end;
+            continue;
+        }
         // A put body: flags, scope, timestamp, ttl, confidence, hash (58 bytes), then the id.
         let id_len = bytes[body + 58] as usize;
         let id = String::from_utf8(bytes[body + 59..body + 59 + id_len].to_vec()).expect("UTF-8 id");

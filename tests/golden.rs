@@ -1,6 +1,6 @@
 //! Pins the on-disk format: a fixed sequence of batches written by this build must produce exactly the
-//! bytes of the committed fixture (tests/fixtures/format-v1/), and the fixture must open and read back
-//! the same items forever. A change to either is a format change: bump FORMAT_VERSION, document it in
+//! bytes of the committed fixture (tests/fixtures/format-v2/), and every fixture, of this format and
+//! of the earlier ones (format-v1), must open and read back the same items forever. A change to either is a format change: bump FORMAT_VERSION, document it in
 //! docs/FORMAT.md, and keep reading the old fixture.
 //!
 //! To regenerate after a deliberate format change: `CTXLOG_BLESS=1 cargo test --test golden`.
@@ -11,7 +11,13 @@ use std::sync::Arc;
 use ctxlog::{ContextItem, ContextQuery, Durability, ManualClock, Options, Resolution, Scope, Store, TypeSpec};
 use serde_json::json;
 
+/// The store as this build writes it: segment format 2.
 fn fixture_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/format-v2")
+}
+
+/// The same store as the first release wrote it: segment format 1, no sync marks.
+fn v1_fixture_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/format-v1")
 }
 
@@ -84,15 +90,21 @@ fn this_build_writes_the_golden_bytes() {
             written[at], golden[at]
         );
     }
-    // The segment starts with the magic and format version 1.
+    // The segment starts with the magic and format version 2.
     assert_eq!(&golden[0..8], b"CTXLOGSG");
-    assert_eq!(u32::from_le_bytes(golden[8..12].try_into().expect("4 bytes")), 1);
+    assert_eq!(u32::from_le_bytes(golden[8..12].try_into().expect("4 bytes")), 2);
 }
 
 #[test]
-fn the_golden_store_opens_and_reads_back() {
+fn the_golden_stores_open_and_read_back() {
+    for fixture in [fixture_dir(), v1_fixture_dir()] {
+        golden_store_reads_back(&fixture);
+    }
+}
+
+fn golden_store_reads_back(fixture: &Path) {
     let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::copy(fixture_dir().join("00000001.seg"), dir.path().join("00000001.seg")).expect("copy fixture");
+    std::fs::copy(fixture.join("00000001.seg"), dir.path().join("00000001.seg")).expect("copy fixture");
     let store = Options::new()
         .clock(Arc::new(ManualClock::new(1_715_335_300)))
         .open(dir.path())
@@ -142,9 +154,9 @@ fn m1_v2_content() -> serde_json::Value {
     json!({"role": "user", "b": "edited again and again, ".repeat(12)})
 }
 
-/// The compacted store as this build writes it: segments of format 1, a checkpoint of format 2.
+/// The compacted store as this build writes it: segments of format 2, a checkpoint of format 2.
 fn compacted_fixture_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/format-v1-checkpoint-v2")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/format-v2-compacted")
 }
 
 /// The same store as the first release wrote it, with a checkpoint of format 1.

@@ -309,10 +309,9 @@ fn check_cut_after(case: &Case, syncs: Syncs, cut_after: u64, total: u64) -> std
     let disk = SimDisk::new();
     disk.set_sync_files(syncs.files);
     disk.set_sync_dirs(syncs.dirs);
-    // Under `Never` many appends wait unsynced; recovery cannot yet tell a lost one followed by a
-    // surviving one from damage (see `unsynced_frames_reaching_the_disk_out_of_order_do_not_block_opening`),
-    // so those cases let unsynced writes reach the disk in order only.
-    disk.set_reorder_unsynced(case.durability == Durability::Immediate);
+    // Unsynced writes may reach the disk in any order: under `Never` a lost frame may be followed by
+    // one that survived (see tests/unsynced_order.rs).
+    disk.set_reorder_unsynced(true);
     disk.cut_power_after(cut_after);
     let outcome = run(&disk, &case.ops, case.durability)?;
     let mut restored = disk.crash(case.seed);

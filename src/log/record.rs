@@ -15,7 +15,7 @@
 //!
 //! | offset | width | field                                   |
 //! |--------|-------|-----------------------------------------|
-//! | 0      | 1     | `tag`: 1 = put, 2 = delete, 3 = register type, 4 = retired version, 5 = pin, 6 = unpin |
+//! | 0      | 1     | `tag`: 1 = put, 2 = delete, 3 = register type, 4 = retired version, 5 = pin, 6 = unpin, 7 = sync mark |
 //! | 1      | 4     | `body_len` (u32)                         |
 //! | 5      | 4     | `crc`: CRC-32 of the body                |
 //! | 9      | body_len | body                                 |
@@ -38,6 +38,12 @@ pub(crate) const TAG_REGISTER_TYPE: u8 = 3;
 pub(crate) const TAG_RETIRED: u8 = 4;
 pub(crate) const TAG_PIN: u8 = 5;
 pub(crate) const TAG_UNPIN: u8 = 6;
+/// The first record of every frame this build writes: how many bytes of the segment were durable
+/// (fsynced) when the frame was written. Recovery uses it to tell unsynced holes from damage.
+pub(crate) const TAG_SYNC_MARK: u8 = 7;
+/// Where the sync mark's value sits in a frame: after the frame header, the record count and the
+/// mark's record header.
+const SYNC_MARK_AT: usize = FRAME_HEADER_BYTES + 4 + RECORD_HEADER_BYTES;
 
 const FLAG_TTL: u8 = 1;
 const FLAG_CONFIDENCE: u8 = 2;
@@ -242,6 +248,10 @@ pub(crate) enum RecordView<'a> {
     Unpin {
         name: &'a str,
     },
+    /// Bytes of the segment that were durable when the frame holding this record was written.
+    SyncMark {
+        synced: u64,
+    },
 }
 
 /// Bytes a string of at most `max` bytes takes after its length prefix; the caller validated lengths.
@@ -293,10 +303,12 @@ pub(crate) struct BatchEncoder {
 
 impl BatchEncoder {
     /// Starts a frame: the header is filled in by [`BatchEncoder::finish`].
+    /// The frame's first record is its sync mark, filled in by [`set_frame_header`].
     pub(crate) fn new() -> Self {
         let mut buf = Vec::with_capacity(256);
         buf.extend_from_slice(&[0u8; FRAME_HEADER_BYTES + 4]);
-        BatchEncoder { buf, count: 0 }
+        push_record(&mut buf, TAG_SYNC_MARK, |out| out.extend_from_slice(&[0u8; 8]));
+        BatchEncoder { buf, count: 1 }
     }
 
     /// Bytes encoded so far, header included.
@@ -407,8 +419,9 @@ impl BatchEncoder {
     }
 
     /// Whether no record was added.
+    /// Whether nothing but the sync mark was added.
     pub(crate) fn is_empty(&self) -> bool {
-        self.count == 0
+        self.count <= 1
     }
 
     /// Fills in the header for sequence number `seq` and returns the whole frame.
@@ -445,6 +458,38 @@ impl BatchEncoder {
             slot.copy_from_slice(&crc.to_le_bytes());
         }
         Ok(self.buf)
+    }
+}
+
+/// Sets a whole frame's sequence number and sync mark, and recomputes the mark's and the frame's
+/// CRCs. A frame from [`BatchEncoder::finish`] always starts with its sync mark.
+pub(crate) fn set_frame_header(frame: &mut [u8], seq: u64, synced: u64) {
+    if let Some(slot) = frame.get_mut(SYNC_MARK_AT..SYNC_MARK_AT + 8) {
+        slot.copy_from_slice(&synced.to_le_bytes());
+    }
+    let mark_crc = crc32fast::hash(frame.get(SYNC_MARK_AT..SYNC_MARK_AT + 8).unwrap_or_default());
+    if let Some(slot) = frame.get_mut(SYNC_MARK_AT - 4..SYNC_MARK_AT) {
+        slot.copy_from_slice(&mark_crc.to_le_bytes());
+    }
+    if let Some(slot) = frame.get_mut(9..17) {
+        slot.copy_from_slice(&seq.to_le_bytes());
+    }
+    let crc = crc32fast::hash(frame.get(8..).unwrap_or_default());
+    if let Some(slot) = frame.get_mut(4..8) {
+        slot.copy_from_slice(&crc.to_le_bytes());
+    }
+}
+
+/// The sync mark of a frame's payload (CRC already checked), if its first record is one: frames of
+/// segment format 1 have none.
+pub(crate) fn frame_sync_mark(payload: &[u8]) -> Option<u64> {
+    let record = payload.get(4..4 + RECORD_HEADER_BYTES + 8)?;
+    if record.first() != Some(&TAG_SYNC_MARK) {
+        return None;
+    }
+    match decode_record(record) {
+        Ok(RecordView::SyncMark { synced }) => Some(synced),
+        _ => None,
     }
 }
 
@@ -637,6 +682,9 @@ fn decode_body(tag: u8, body: &[u8]) -> Result<RecordView<'_>, DecodeError> {
                 name: c.str(name_len, "name")?,
             }
         }
+        TAG_SYNC_MARK => RecordView::SyncMark {
+            synced: c.u64("synced length")?,
+        },
         other => return Err(bad(format!("unknown record tag {other}"))),
     };
     if !c.is_empty() {
@@ -665,6 +713,36 @@ mod tests {
     }
 
     #[test]
+    fn the_sync_mark_is_set_with_the_sequence_number() {
+        let scope = Scope::GlobalWritable;
+        let hash = [1u8; 32];
+        let mut enc = BatchEncoder::new();
+        assert!(enc.is_empty(), "a sync mark alone is an empty batch");
+        enc.put(&sample_put(&scope, &hash));
+        assert!(!enc.is_empty());
+        let mut frame = enc.finish(0).unwrap();
+        set_frame_header(&mut frame, 77, 4_096);
+        let (header, payload) = read_frame(&frame).unwrap();
+        assert_eq!(header.seq, 77);
+        assert_eq!(frame_sync_mark(payload), Some(4_096));
+        let records = decode_batch(payload).unwrap();
+        assert_eq!(records[0].2, RecordView::SyncMark { synced: 4_096 });
+        assert!(matches!(records[1].2, RecordView::Put(_)));
+        // A frame of segment format 1 starts with its first operation's record: no mark.
+        let mut old = frame.clone();
+        let count = u32::from_le_bytes(old[17..21].try_into().unwrap()) - 1;
+        old.drain(21..21 + RECORD_HEADER_BYTES + 8);
+        old[17..21].copy_from_slice(&count.to_le_bytes());
+        let len = u32::try_from(old.len() - FRAME_HEADER_BYTES).unwrap();
+        old[0..4].copy_from_slice(&len.to_le_bytes());
+        let crc = crc32fast::hash(&old[8..]);
+        old[4..8].copy_from_slice(&crc.to_le_bytes());
+        let (_, payload) = read_frame(&old).unwrap();
+        assert_eq!(frame_sync_mark(payload), None);
+        assert_eq!(decode_batch(payload).unwrap().len(), 1);
+    }
+
+    #[test]
     fn batch_roundtrips() {
         let scope = Scope::Session("s1".into());
         let hash = [7u8; 32];
@@ -681,8 +759,14 @@ mod tests {
         let (header, payload) = read_frame(&frame).unwrap();
         assert_eq!(header.seq, 42);
         assert_eq!(header.len as usize, frame.len() - FRAME_HEADER_BYTES);
-        let records = decode_batch(payload).unwrap();
-        assert_eq!(records.len(), 7);
+        let all = decode_batch(payload).unwrap();
+        assert_eq!(all.len(), 8);
+        assert_eq!(
+            all[0].2,
+            RecordView::SyncMark { synced: 0 },
+            "every frame starts with its sync mark"
+        );
+        let records = &all[1..];
         assert_eq!(
             records[3].2,
             RecordView::Retired {
@@ -716,7 +800,7 @@ mod tests {
         copy.raw(&payload[start..start + len]);
         let copied = copy.finish(43).unwrap();
         let (_, copied_payload) = read_frame(&copied).unwrap();
-        assert_eq!(decode_batch(copied_payload).unwrap()[0].2, records[3].2);
+        assert_eq!(decode_batch(copied_payload).unwrap()[1].2, records[3].2);
         assert_eq!(records[0].0 + FRAME_HEADER_BYTES, put_at);
         assert_eq!(records[1].0 + FRAME_HEADER_BYTES, del_at);
         match &records[0].2 {
@@ -786,7 +870,7 @@ mod tests {
         );
         let (_, payload) = read_frame(&frame).unwrap();
         let records = decode_batch(payload).unwrap();
-        let RecordView::Put(view) = &records[0].2 else {
+        let RecordView::Put(view) = &records[1].2 else {
             panic!("not a put")
         };
         assert!(view.compressed);
@@ -796,7 +880,7 @@ mod tests {
         enc.put(&sample_put(&scope, &hash));
         let frame = enc.finish(2).unwrap();
         let (_, payload) = read_frame(&frame).unwrap();
-        let RecordView::Put(view) = &decode_batch(payload).unwrap()[0].2 else {
+        let RecordView::Put(view) = &decode_batch(payload).unwrap()[1].2 else {
             panic!("not a put")
         };
         assert!(!view.compressed);

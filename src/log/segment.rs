@@ -23,7 +23,10 @@ use crate::storage::{SharedBytes, Storage, StorageFile};
 /// The magic bytes that open every segment.
 pub(crate) const SEGMENT_MAGIC: [u8; 8] = *b"CTXLOGSG";
 /// The on-disk format version this build writes and reads.
-pub(crate) const FORMAT_VERSION: u32 = 1;
+pub(crate) const FORMAT_VERSION: u32 = 2;
+/// The oldest segment format version this build still reads: version 1 differs only in having no
+/// sync marks.
+pub(crate) const FORMAT_VERSION_MIN: u32 = 1;
 /// Bytes of a segment header.
 pub(crate) const SEGMENT_HEADER_BYTES: usize = 32;
 
@@ -85,9 +88,9 @@ impl SegmentHeader {
             ));
         }
         let version = le_u32(8..12);
-        if version != FORMAT_VERSION {
+        if !(FORMAT_VERSION_MIN..=FORMAT_VERSION).contains(&version) {
             return Err(format!(
-                "segment format version {version} is not supported by this build (it reads version {FORMAT_VERSION})"
+                "segment format version {version} is not supported by this build (it reads versions {FORMAT_VERSION_MIN} to {FORMAT_VERSION})"
             ));
         }
         let number = le_u32(12..16);

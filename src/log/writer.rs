@@ -16,7 +16,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use crate::error::{Error, Result};
 use crate::index::{Location, PinInfo};
 use crate::item::{format_hash, TypeRegistry, TypeSpec, ValidItem};
-use crate::log::record::{BatchEncoder, PutRef, PutView, ScopeView};
+use crate::log::record::{set_frame_header, BatchEncoder, PutRef, PutView, ScopeView};
 use crate::log::segment::{segment_file_name, Segment, SegmentHeader, SEGMENT_HEADER_BYTES};
 use crate::storage::{Storage, StorageFile};
 use crate::store::{Durability, Shared};
@@ -154,6 +154,10 @@ pub(crate) struct Writer {
     pub(crate) dirty: bool,
     pub(crate) last_sync: Instant,
     pub(crate) buffer: Vec<u8>,
+    /// Bytes of the active segment known durable: its length at the last fsync that succeeded.
+    /// Every frame carries it (its sync mark), so that recovery can tell a hole left by writes that
+    /// never reached the disk from damage to synced bytes.
+    pub(crate) synced_len: u64,
 }
 
 impl Writer {
@@ -213,6 +217,7 @@ impl Writer {
                     .sync_data()
                     .map_err(|e| Error::io(format!("syncing segment {}", self.active.number), e))?;
                 self.dirty = false;
+                self.synced_len = self.active.len;
             }
             Ok(())
         });
@@ -335,12 +340,12 @@ impl Writer {
                 continue;
             };
             let seq = self.next_seq;
-            finish_frame(frame, seq);
             let frame_len = frame.len() as u64;
             let pending = self.active.len + self.buffer.len() as u64;
             if pending > SEGMENT_HEADER_BYTES as u64 && pending + frame_len > self.segment_size {
                 self.rotate()?;
             }
+            set_frame_header(frame, seq, self.synced_len);
             let offset = self.active.len + self.buffer.len() as u64;
             self.buffer.extend_from_slice(frame);
             batch.seq = seq;
@@ -383,6 +388,8 @@ impl Writer {
         index.segments.insert(next.number, Arc::clone(&next.segment));
         drop(index);
         self.active = next;
+        // The new segment's header was synced when it was created.
+        self.synced_len = self.active.len;
         Ok(())
     }
 
@@ -459,17 +466,6 @@ fn op_bytes(op: &Op) -> usize {
         Op::Delete(id) => id.len() + 16,
         Op::RegisterType(spec) => spec.name().len() + spec.pattern().map_or(0, str::len) + 16,
         Op::Pin { name, .. } | Op::Unpin(name) => name.len() + 160,
-    }
-}
-
-/// Fills in the sequence number of an encoded frame and its CRC.
-fn finish_frame(frame: &mut [u8], seq: u64) {
-    if let Some(slot) = frame.get_mut(9..17) {
-        slot.copy_from_slice(&seq.to_le_bytes());
-    }
-    let crc = crc32fast::hash(frame.get(8..).unwrap_or_default());
-    if let Some(slot) = frame.get_mut(4..8) {
-        slot.copy_from_slice(&crc.to_le_bytes());
     }
 }
 
