@@ -123,3 +123,31 @@ fn what_an_open_shows_survives_a_power_loss() {
     let recovered = open(&after).expect("open after the power loss");
     assert_eq!(common::everything(&recovered), shown, "what the open showed was lost");
 }
+
+/// Found by the suite: every command refused by a poisoned writer wrapped the poisoning reason in one
+/// more "the store refuses writes after an earlier I/O failure (...)", so the reason grew with each
+/// refused write. It now names the failure that poisoned the store, once.
+#[test]
+fn a_poisoned_store_keeps_the_reason_of_the_first_failure() {
+    let disk = SimDisk::new();
+    let store = open(&disk).expect("open");
+    let next = disk.calls();
+    disk.fail(next, next, Fault::NoSpace);
+    let failed = store.add([common::item("doc-1", common::NOW, "1", json!({"n": 1}))]);
+    let Err(Error::Poisoned { reason: first }) = failed else {
+        panic!("the failed add answered {failed:?}")
+    };
+    assert!(first.contains("os error 28"), "{first}");
+    for attempt in 0..5 {
+        let refused = store.add([common::item("doc-2", common::NOW, "1", json!({"n": 2}))]);
+        assert!(
+            matches!(&refused, Err(Error::Poisoned { reason }) if *reason == first),
+            "refused write {attempt}: {refused:?}"
+        );
+        let flushed = store.flush();
+        assert!(
+            matches!(&flushed, Err(Error::Poisoned { reason }) if *reason == first),
+            "refused flush {attempt}: {flushed:?}"
+        );
+    }
+}
