@@ -488,9 +488,13 @@ fn replay(
             if end < bytes.len() {
                 file.set_len(end as u64)
                     .map_err(|e| Error::io(format!("truncating {}", path.display()), e))?;
-                file.sync_all()
-                    .map_err(|e| Error::io(format!("syncing {}", path.display()), e))?;
             }
+            // What was replayed may not be durable: a batch whose fsync failed (never acknowledged,
+            // but now shown), or a segment whose creation failed before its header or its directory
+            // entry was synced. Make it durable before anything is acknowledged on top of it.
+            file.sync_all()
+                .map_err(|e| Error::io(format!("syncing {}", path.display()), e))?;
+            sync_dir(storage, dir)?;
             let segment = Arc::new(Segment::open(storage, &path, false, end as u64)?);
             index.segments.insert(number, Arc::clone(&segment));
             active = Some(ActiveSegment {

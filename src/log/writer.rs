@@ -294,8 +294,9 @@ impl Writer {
             }
         });
         if let Err(e) = synced {
-            let reason = e.to_string();
-            self.poisoned = Some(reason.clone());
+            // A writer already poisoned keeps the failure that poisoned it: its `Poisoned` refusal
+            // must not be wrapped into a longer reason at every refused command.
+            let reason = self.poisoned.get_or_insert_with(|| e.to_string()).clone();
             tracing::error!("store poisoned: {reason}");
             for batch in staged {
                 let _ = batch.reply.send(Err(Error::Poisoned { reason: reason.clone() }));

@@ -16,7 +16,7 @@ mod file;
 mod sim;
 
 pub use file::FileStorage;
-pub use sim::{Fault, SimDisk};
+pub use sim::{Call, CallKind, Fault, SimDisk};
 
 /// The whole contents of a file that is never written again (a sealed segment), shared between
 /// readers without copying: a read-only mapping for files, shared memory for the simulated disk.

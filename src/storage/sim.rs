@@ -14,7 +14,9 @@
 //! call fails with EIO, as a disk without power would, and [`SimDisk::crash`] then starts from the
 //! state at the cut. [`SimDisk::fail`] makes chosen calls fail with EIO, ENOSPC or a short write.
 //! [`SimDisk::set_sync_files`] and [`SimDisk::set_sync_dirs`] turn the syncs into no-ops, to check
-//! that a power-loss suite notices.
+//! that a power-loss suite notices. [`SimDisk::record_calls`] keeps a log of every call (its number,
+//! kind, path, file handle and injected fault), so that a test can name the call sites it failed and
+//! check what the store did after a failure on a handle.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io;
@@ -24,7 +26,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use super::{DirLock, SharedBytes, Storage, StorageFile};
 
 /// How a chosen call fails.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Fault {
     /// `EIO`.
     Io,
@@ -32,6 +34,80 @@ pub enum Fault {
     NoSpace,
     /// An append writes half its bytes and then fails (`WriteZero`); other calls fail with `EIO`.
     ShortWrite,
+}
+
+/// What a storage call was, as [`SimDisk::call_log`] records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum CallKind {
+    /// `Storage::create_dir_all`.
+    CreateDirAll,
+    /// `Storage::try_lock`.
+    TryLock,
+    /// `Storage::list`.
+    List,
+    /// `Storage::len`.
+    Len,
+    /// `Storage::read` (a whole file).
+    Read,
+    /// `Storage::open_read`.
+    OpenRead,
+    /// `Storage::open_append`.
+    OpenAppend,
+    /// `Storage::create_new`.
+    CreateNew,
+    /// `Storage::create`.
+    Create,
+    /// `Storage::rename`.
+    Rename,
+    /// `Storage::remove`.
+    Remove,
+    /// `Storage::sync_dir`.
+    SyncDir,
+    /// `StorageFile::read_exact_at`.
+    ReadAt,
+    /// `StorageFile::append`.
+    Append,
+    /// `StorageFile::sync_data`.
+    SyncData,
+    /// `StorageFile::sync_all`.
+    SyncAll,
+    /// `StorageFile::set_len`.
+    SetLen,
+    /// `StorageFile::map`.
+    Map,
+}
+
+impl CallKind {
+    /// Whether the call writes a file's data or makes it durable (append, `set_len`, the syncs).
+    #[must_use]
+    pub fn writes_file(self) -> bool {
+        matches!(
+            self,
+            CallKind::Append | CallKind::SyncData | CallKind::SyncAll | CallKind::SetLen
+        )
+    }
+
+    /// Whether the call is an fsync of a file.
+    #[must_use]
+    pub fn syncs_file(self) -> bool {
+        matches!(self, CallKind::SyncData | CallKind::SyncAll)
+    }
+}
+
+/// One storage call, as [`SimDisk::call_log`] records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Call {
+    /// Its number, counted from the disk's creation as [`SimDisk::calls`] counts.
+    pub index: u64,
+    /// What it was.
+    pub kind: CallKind,
+    /// The file or directory it concerned (for a rename, the source).
+    pub path: PathBuf,
+    /// The open file it was made on (`StorageFile` methods), or the one it opened (the `open_*` and
+    /// `create*` calls that succeeded): every open gives a new number.
+    pub handle: Option<u64>,
+    /// The fault it failed with, if it was made to fail (a call after a power cut fails with `Io`).
+    pub fault: Option<Fault>,
 }
 
 const EIO: i32 = 5;
@@ -165,6 +241,10 @@ struct State {
     skip_dir_syncs: bool,
     /// Whether a crash keeps only a prefix of each file's unsynced writes.
     in_order: bool,
+    /// Every call made, when [`SimDisk::record_calls`] is on.
+    log: Option<Vec<Call>>,
+    /// The number of the next open file handle.
+    next_handle: u64,
 }
 
 /// Splits a path into its directory and file name.
@@ -184,17 +264,38 @@ fn not_found(path: &Path) -> io::Error {
 }
 
 impl State {
-    /// Counts a call and says whether it must fail, and how.
-    fn enter(&mut self) -> Option<Fault> {
+    /// Counts a call (and logs it, if asked) and says whether it must fail, and how.
+    fn enter(&mut self, kind: CallKind, path: &Path, handle: Option<u64>) -> Option<Fault> {
         let call = self.calls;
         self.calls += 1;
-        if self.power_off_at.is_some_and(|at| call >= at) {
-            return Some(Fault::Io);
+        let fault = if self.power_off_at.is_some_and(|at| call >= at) {
+            Some(Fault::Io)
+        } else {
+            self.faults
+                .iter()
+                .find(|plan| (plan.first..=plan.last).contains(&call))
+                .map(|plan| plan.fault)
+        };
+        if let Some(log) = &mut self.log {
+            log.push(Call {
+                index: call,
+                kind,
+                path: path.to_path_buf(),
+                handle,
+                fault,
+            });
         }
-        self.faults
-            .iter()
-            .find(|plan| (plan.first..=plan.last).contains(&call))
-            .map(|plan| plan.fault)
+        fault
+    }
+
+    /// A new handle number, noted in the log entry of the call that opened it.
+    fn new_handle(&mut self) -> u64 {
+        let handle = self.next_handle;
+        self.next_handle += 1;
+        if let Some(call) = self.log.as_mut().and_then(|log| log.last_mut()) {
+            call.handle = Some(handle);
+        }
+        handle
     }
 
     fn dir(&mut self, dir: &Path) -> io::Result<&mut Dir> {
@@ -266,6 +367,7 @@ pub struct SimDisk {
 struct SimFile {
     state: Arc<Mutex<State>>,
     inode: u64,
+    handle: u64,
     path: PathBuf,
 }
 
@@ -322,6 +424,23 @@ impl SimDisk {
     /// fail with `fault`.
     pub fn fail(&self, first: u64, last: u64, fault: Fault) {
         self.state().faults.push(FaultPlan { first, last, fault });
+    }
+
+    /// Stops every fault armed by [`SimDisk::fail`]: later calls succeed (unless the power is off).
+    pub fn clear_faults(&self) {
+        self.state().faults.clear();
+    }
+
+    /// Starts (and empties) or stops the log of calls that [`SimDisk::call_log`] returns. Off by
+    /// default.
+    pub fn record_calls(&self, on: bool) {
+        self.state().log = on.then(Vec::new);
+    }
+
+    /// Every call made since [`SimDisk::record_calls`] was turned on, in order.
+    #[must_use]
+    pub fn call_log(&self) -> Vec<Call> {
+        self.state().log.clone().unwrap_or_default()
     }
 
     /// Whether `sync_data` and `sync_all` make data durable (default true). Off, they do nothing.
@@ -463,7 +582,12 @@ impl SimDisk {
 
     fn open(&self, path: &Path, create: Create) -> io::Result<Box<dyn StorageFile>> {
         let mut state = self.state();
-        if let Some(fault) = state.enter() {
+        let kind = match create {
+            Create::No(kind) => kind,
+            Create::New => CallKind::CreateNew,
+            Create::Truncate => CallKind::Create,
+        };
+        if let Some(fault) = state.enter(kind, path, None) {
             return Err(error(fault));
         }
         let inode = match (state.lookup(path), create) {
@@ -480,13 +604,15 @@ impl SimDisk {
                 }
                 inode
             }
-            (Ok(inode), Create::No) => inode,
-            (Err(e), Create::No) => return Err(e),
+            (Ok(inode), Create::No(_)) => inode,
+            (Err(e), Create::No(_)) => return Err(e),
             (Err(_), Create::New | Create::Truncate) => state.create_inode(path)?,
         };
+        let handle = state.new_handle();
         Ok(Box::new(SimFile {
             state: Arc::clone(&self.state),
             inode,
+            handle,
             path: path.to_path_buf(),
         }))
     }
@@ -494,22 +620,36 @@ impl SimDisk {
 
 #[derive(Clone, Copy)]
 enum Create {
-    No,
+    /// Opens an existing file (the call being `OpenRead` or `OpenAppend`).
+    No(CallKind),
     New,
     Truncate,
 }
 
 impl SimFile {
-    fn enter(&self) -> (MutexGuard<'_, State>, Option<Fault>) {
+    fn enter(&self, kind: CallKind) -> (MutexGuard<'_, State>, Option<Fault>) {
         let mut state = lock(&self.state);
-        let fault = state.enter();
+        let fault = state.enter(kind, &self.path, Some(self.handle));
         (state, fault)
     }
 }
 
+/// The effect of `sync_data` / `sync_all` on `inode`, once the call is counted.
+fn sync_file(state: &mut State, inode: u64, fault: Option<Fault>) -> io::Result<()> {
+    if let Some(fault) = fault {
+        return Err(error(fault));
+    }
+    let skip = state.skip_file_syncs;
+    let file = state.inode(inode)?;
+    if !skip {
+        file.sync();
+    }
+    Ok(())
+}
+
 impl StorageFile for SimFile {
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        let (mut state, fault) = self.enter();
+        let (mut state, fault) = self.enter(CallKind::ReadAt);
         if let Some(fault) = fault {
             return Err(error(fault));
         }
@@ -523,7 +663,7 @@ impl StorageFile for SimFile {
     }
 
     fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
-        let (mut state, fault) = self.enter();
+        let (mut state, fault) = self.enter(CallKind::Append);
         let file = state.inode(self.inode)?;
         let offset = file.current.len() as u64;
         match fault {
@@ -547,24 +687,17 @@ impl StorageFile for SimFile {
     }
 
     fn sync_data(&mut self) -> io::Result<()> {
-        let (mut state, fault) = self.enter();
-        if let Some(fault) = fault {
-            return Err(error(fault));
-        }
-        let skip = state.skip_file_syncs;
-        let file = state.inode(self.inode)?;
-        if !skip {
-            file.sync();
-        }
-        Ok(())
+        let (mut state, fault) = self.enter(CallKind::SyncData);
+        sync_file(&mut state, self.inode, fault)
     }
 
     fn sync_all(&mut self) -> io::Result<()> {
-        self.sync_data()
+        let (mut state, fault) = self.enter(CallKind::SyncAll);
+        sync_file(&mut state, self.inode, fault)
     }
 
     fn set_len(&mut self, len: u64) -> io::Result<()> {
-        let (mut state, fault) = self.enter();
+        let (mut state, fault) = self.enter(CallKind::SetLen);
         if let Some(fault) = fault {
             return Err(error(fault));
         }
@@ -573,7 +706,7 @@ impl StorageFile for SimFile {
     }
 
     fn map(&self) -> io::Result<SharedBytes> {
-        let (mut state, fault) = self.enter();
+        let (mut state, fault) = self.enter(CallKind::Map);
         if let Some(fault) = fault {
             return Err(error(fault));
         }
@@ -585,7 +718,7 @@ impl StorageFile for SimFile {
 impl Storage for SimDisk {
     fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
         let mut state = self.state();
-        if let Some(fault) = state.enter() {
+        if let Some(fault) = state.enter(CallKind::CreateDirAll, dir, None) {
             return Err(error(fault));
         }
         // Directories themselves are durable at once: the store never creates one it relies on
@@ -596,7 +729,7 @@ impl Storage for SimDisk {
 
     fn try_lock(&self, dir: &Path) -> io::Result<Option<Box<dyn DirLock>>> {
         let mut state = self.state();
-        if let Some(fault) = state.enter() {
+        if let Some(fault) = state.enter(CallKind::TryLock, dir, None) {
             return Err(error(fault));
         }
         state.dir(dir)?;
@@ -611,7 +744,7 @@ impl Storage for SimDisk {
 
     fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
         let mut state = self.state();
-        if let Some(fault) = state.enter() {
+        if let Some(fault) = state.enter(CallKind::List, dir, None) {
             return Err(error(fault));
         }
         Ok(state.dir(dir)?.current.keys().cloned().collect())
@@ -619,7 +752,7 @@ impl Storage for SimDisk {
 
     fn len(&self, path: &Path) -> io::Result<u64> {
         let mut state = self.state();
-        if let Some(fault) = state.enter() {
+        if let Some(fault) = state.enter(CallKind::Len, path, None) {
             return Err(error(fault));
         }
         let inode = state.lookup(path)?;
@@ -628,7 +761,7 @@ impl Storage for SimDisk {
 
     fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
         let mut state = self.state();
-        if let Some(fault) = state.enter() {
+        if let Some(fault) = state.enter(CallKind::Read, path, None) {
             return Err(error(fault));
         }
         let inode = state.lookup(path)?;
@@ -636,11 +769,11 @@ impl Storage for SimDisk {
     }
 
     fn open_read(&self, path: &Path) -> io::Result<Box<dyn StorageFile>> {
-        self.open(path, Create::No)
+        self.open(path, Create::No(CallKind::OpenRead))
     }
 
     fn open_append(&self, path: &Path) -> io::Result<Box<dyn StorageFile>> {
-        self.open(path, Create::No)
+        self.open(path, Create::No(CallKind::OpenAppend))
     }
 
     fn create_new(&self, path: &Path) -> io::Result<Box<dyn StorageFile>> {
@@ -653,7 +786,7 @@ impl Storage for SimDisk {
 
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         let mut state = self.state();
-        if let Some(fault) = state.enter() {
+        if let Some(fault) = state.enter(CallKind::Rename, from, None) {
             return Err(error(fault));
         }
         let inode = state.lookup(from)?;
@@ -673,7 +806,7 @@ impl Storage for SimDisk {
 
     fn remove(&self, path: &Path) -> io::Result<()> {
         let mut state = self.state();
-        if let Some(fault) = state.enter() {
+        if let Some(fault) = state.enter(CallKind::Remove, path, None) {
             return Err(error(fault));
         }
         state.lookup(path)?;
@@ -684,7 +817,7 @@ impl Storage for SimDisk {
 
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         let mut state = self.state();
-        if let Some(fault) = state.enter() {
+        if let Some(fault) = state.enter(CallKind::SyncDir, dir, None) {
             return Err(error(fault));
         }
         let skip = state.skip_dir_syncs;
@@ -777,6 +910,42 @@ mod tests {
         assert!(disk.is_powered_off());
         assert_eq!(file.append(b"x").unwrap_err().raw_os_error(), Some(EIO));
         assert!(disk.sync_dir(Path::new(DIR)).is_err());
+    }
+
+    #[test]
+    fn the_call_log_names_each_call_its_handle_and_its_fault() {
+        let disk = disk_with_dir();
+        disk.record_calls(true);
+        let first = disk.calls();
+        let mut file = disk.create_new(&path("a")).unwrap();
+        disk.fail(first + 2, first + 2, Fault::ShortWrite);
+        file.append(b"ab").unwrap();
+        assert!(file.append(b"cd").is_err());
+        let reader = disk.open_read(&path("a")).unwrap();
+        let mut byte = [0u8; 1];
+        reader.read_exact_at(&mut byte, 0).unwrap();
+        disk.clear_faults();
+        disk.sync_dir(Path::new(DIR)).unwrap();
+        let log: Vec<(u64, CallKind, Option<u64>, Option<Fault>)> = disk
+            .call_log()
+            .iter()
+            .map(|call| (call.index, call.kind, call.handle, call.fault))
+            .collect();
+        assert_eq!(
+            log,
+            vec![
+                (first, CallKind::CreateNew, Some(0), None),
+                (first + 1, CallKind::Append, Some(0), None),
+                (first + 2, CallKind::Append, Some(0), Some(Fault::ShortWrite)),
+                (first + 3, CallKind::OpenRead, Some(1), None),
+                (first + 4, CallKind::ReadAt, Some(1), None),
+                (first + 5, CallKind::SyncDir, None, None),
+            ]
+        );
+        assert_eq!(disk.call_log()[0].path, path("a"));
+        assert_eq!(disk.read(&path("a")).unwrap(), b"abc", "half of the short write");
+        disk.record_calls(false);
+        assert!(disk.call_log().is_empty());
     }
 
     #[test]
