@@ -467,6 +467,7 @@ impl Store {
             buffer: Vec::new(),
             // Recovery synced what it replayed of the newest segment.
             synced_len,
+            last_group_writes: 0,
         };
         let handle = std::thread::Builder::new()
             .name("ctxlog-writer".into())

@@ -23,6 +23,8 @@ use crate::store::{Durability, Shared};
 
 /// Bytes of waiting batches one group takes at most before it is written.
 const GROUP_BYTES_MAX: usize = 64 << 20;
+/// How long the writer waits for more writers to join a group, when the last group had several.
+const GROUP_LINGER: std::time::Duration = std::time::Duration::from_micros(100);
 
 /// One operation of a batch.
 #[allow(
@@ -158,6 +160,8 @@ pub(crate) struct Writer {
     /// Every frame carries it (its sync mark), so that recovery can tell a hole left by writes that
     /// never reached the disk from damage to synced bytes.
     pub(crate) synced_len: u64,
+    /// Write commands in the last group: how many to wait for in the next one.
+    pub(crate) last_group_writes: usize,
 }
 
 impl Writer {
@@ -196,6 +200,30 @@ impl Writer {
                     Err(_) => break,
                 }
             }
+            // Group commit: writers submit their next batch as soon as the last fsync answers them,
+            // not all at once. When the last group had several writers, wait a moment for as many
+            // again, so that one fsync serves them all.
+            let writes = |group: &[Command]| group.iter().filter(|c| matches!(c, Command::Write { .. })).count();
+            let want = self.last_group_writes;
+            if matches!(self.durability, Durability::Immediate) && want > 1 {
+                let deadline = Instant::now() + GROUP_LINGER;
+                while writes(&group) < want && bytes < GROUP_BYTES_MAX {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        break;
+                    }
+                    match commands.recv_timeout(left) {
+                        Ok(command) => {
+                            if let Command::Write { ops, .. } = &command {
+                                bytes += ops.iter().map(op_bytes).sum::<usize>();
+                            }
+                            group.push(command);
+                        }
+                        Err(_) => break,
+                    }
+                }
+            }
+            self.last_group_writes = writes(&group);
             self.process(group);
         }
         if self.poisoned.is_none() {
