@@ -7,9 +7,9 @@ use serde::Serialize;
 use sha2::Digest;
 
 use crate::error::{Error, Result};
-use crate::index::{Index, VersionEntry};
-use crate::item::{canonical_json, content_hash, format_hash, validate_name, validate_version, ContextItem};
-use crate::log::record::{decode_record, RecordView};
+use crate::index::{Index, VersionEntry, NEVER_EXPIRES};
+use crate::item::{canonical_json, content_hash, format_hash, validate_name, validate_version, ContextItem, Scope};
+use crate::log::record::{decode_record, PutView, RecordView, ScopeView};
 use crate::log::writer::Op;
 use crate::query::{self, scope_visible, ContextQuery, QueryStats, ViewBounds};
 use crate::store::Shared;
@@ -96,11 +96,44 @@ pub(crate) fn read_item(index: &Index, version: &VersionEntry) -> Result<Context
     if put.id != index.id_name(version.id) || put.version != &*version.version || put.hash != version.hash {
         return Err(damaged("the stored record is not the version the index expects".into()));
     }
+    // An id deleted and added again may hold the same (id, version, hash) in both histories, in
+    // records of the same length: a record of the other history at this location (a frame copied
+    // over another) must not pass for this one. The index knows every field but the confidence.
+    if !same_metadata(index, version, &put) {
+        return Err(damaged(
+            "the stored record is another put of this version (its metadata differs from the index)".into(),
+        ));
+    }
     let content = put.content().map_err(|e| damaged(e.0))?;
     if content_hash(&content) != put.hash {
         return Err(damaged("content does not match its SHA-256".into()));
     }
     put.to_item_from(&content).map_err(|e| damaged(e.0))
+}
+
+/// Whether a put's timestamp, expiry, type, scope and source are those the index has for `version`.
+fn same_metadata(index: &Index, version: &VersionEntry, put: &PutView<'_>) -> bool {
+    let scope_matches = index
+        .scopes
+        .value(version.scope)
+        .is_some_and(|scope| match (scope, put.scope) {
+            (Scope::Session(expected), ScopeView::Session(stored)) => expected == stored,
+            (Scope::GlobalReadonly, ScopeView::GlobalReadonly) | (Scope::GlobalWritable, ScopeView::GlobalWritable) => {
+                true
+            }
+            _ => false,
+        });
+    put.timestamp == version.timestamp
+        && put.expires_at().unwrap_or(NEVER_EXPIRES) == version.expires_at
+        && scope_matches
+        && index
+            .kinds
+            .value(u32::from(version.kind))
+            .is_some_and(|kind| **kind == *put.kind)
+        && index
+            .sources
+            .value(version.source)
+            .is_some_and(|source| **source == *put.source)
 }
 
 /// Keeps compaction from reclaiming what a live snapshot handle sees, until the last clone drops.
