@@ -324,6 +324,13 @@ fn checkpoint_start(
 
 type Replayed = (Index, ActiveSegment, u64);
 
+/// The first seq of the segment at `path`, if its header can be read and is whole.
+pub(crate) fn next_base_seq(storage: &dyn Storage, path: &Path) -> Option<u64> {
+    let mut header = [0u8; SEGMENT_HEADER_BYTES];
+    storage.open_read(path).ok()?.read_exact_at(&mut header, 0).ok()?;
+    SegmentHeader::decode(&header).ok().map(|header| header.base_seq)
+}
+
 /// Replays `numbers` (sorted segment numbers) into `start`'s index.
 fn replay(
     storage: &dyn Storage,
@@ -402,6 +409,11 @@ fn replay(
             }
         };
         previous_rewritten = header.rewrites > 0;
+        // Every frame comes before the next segment's first seq: a later one (which a rewritten
+        // segment's allowed gaps would let through) is damage here, not at the next segment.
+        let next_base_seq = numbers
+            .get(position + 1)
+            .and_then(|next| next_base_seq(storage, &dir.join(segment_file_name(*next))));
         let mut frames = 0u64;
         let mut records = 0u64;
         let scanned = scan_frames(
@@ -411,6 +423,11 @@ fn replay(
             newest,
             header.rewrites > 0,
             &mut |seq, offset, payload| {
+                if let Some(base) = next_base_seq.filter(|base| seq >= *base) {
+                    return Err(format!(
+                        "frame has seq {seq}, but the next segment starts at seq {base}"
+                    ));
+                }
                 frames += 1;
                 records += replay_batch(&mut index, seq, number, offset, payload)?;
                 Ok(())

@@ -869,6 +869,38 @@ fn copy_over(path: &Path, at: usize, source: &[u8]) {
     std::fs::write(path, &bytes).expect("writing the damage");
 }
 
+/// Expects `Error::Corrupt` naming `file` at `offset`, with both in its message.
+fn assert_corrupt_at(result: Result<Store>, file: &Path, offset: usize, context: &str) {
+    match result {
+        Err(error @ Error::Corrupt { .. }) => {
+            let message = error.to_string();
+            let Error::Corrupt {
+                file: named,
+                offset: at,
+                ..
+            } = error
+            else {
+                unreachable!()
+            };
+            assert_eq!(
+                (file_name(&named), at),
+                (file_name(file), offset as u64),
+                "{context}: {message}"
+            );
+            assert!(
+                message.contains(&file_name(file)) && message.contains(&format!("offset {offset}")),
+                "{context}: the message does not name the file and offset: {message}"
+            );
+        }
+        Err(other) => panic!("{context}: expected Corrupt, got {other}"),
+        Ok(store) => panic!(
+            "{context}: the store opened ({} bytes truncated, {} items)",
+            store.stats().recovery.truncated_bytes,
+            store.stats().items
+        ),
+    }
+}
+
 /// An id deleted and added again with the same version and content keeps the same (id, version,
 /// hash) in both histories, in records of the same length. A frame of the first history copied over
 /// the second's (in a segment the checkpoint covers, so that opening does not read it) used to be
@@ -939,5 +971,67 @@ fn a_put_of_an_earlier_history_copied_over_the_current_one_is_never_returned() {
         "verify misses the misplaced frame: {:?}",
         report.problems
     );
+}
+
+/// A rewritten segment may skip sequence numbers, so a whole frame with a later seq copied over its
+/// last frame passed its scan, and the damage was blamed on the next segment ("starts at seq N, but
+/// the log before it ends at M"), by opening and by verify(). Every frame must come before the next
+/// segment's first seq: the error names the damaged segment and the frame's offset.
+#[test]
+fn a_frame_with_a_later_seq_in_a_rewritten_segment_is_corrupt_in_that_segment() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    {
+        let store = open_store(dir.path()).expect("open");
+        store.add(vec![item("pad-1", 3300)]).expect("add");
+        store.add(vec![item("eq-a", 100)]).expect("add");
+        store.add(vec![item("pad-2", 3300)]).expect("add");
+        store.add(vec![item("eq-b", 100)]).expect("add");
+        let mut newer = item("pad-1", 10);
+        newer.version = "2".into();
+        store.add(vec![newer]).expect("add");
+        let report = store.compact().expect("compact");
+        assert!(report.segments_rewritten >= 1, "{report:?}");
+    }
+    let segments = segment_files(dir.path());
+    let rewritten = &segments[0];
+    let rewritten_bytes = std::fs::read(rewritten).expect("reading segment 1");
+    assert!(
+        u32::from_le_bytes(rewritten_bytes[24..28].try_into().expect("4 bytes")) > 0,
+        "segment 1 should have been rewritten"
+    );
+    let next_bytes = std::fs::read(&segments[1]).expect("reading segment 2");
+    let frame_of = |bytes: &[u8], id: &[u8]| {
+        frames(bytes)
+            .into_iter()
+            .find(|frame| bytes[frame.clone()].windows(id.len()).any(|w| w == id))
+            .unwrap_or_else(|| panic!("no frame holds {}", String::from_utf8_lossy(id)))
+    };
+    let target = frame_of(&rewritten_bytes, b"eq-a");
+    assert_eq!(target.end, rewritten_bytes.len(), "eq-a's frame should end segment 1");
+    let source = frame_of(&next_bytes, b"eq-b");
+    assert_eq!(
+        target.len(),
+        source.len(),
+        "eq-a and eq-b should take frames of the same length"
+    );
+    copy_over(rewritten, target.start, &next_bytes[source]);
+
+    // Opening from the checkpoint does not read segment 1; verify() does.
+    let store = open_store(dir.path()).expect("open from the checkpoint");
+    let report = store.verify().expect("verify");
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|p| file_name(&p.file) == file_name(rewritten) && p.offset == target.start as u64),
+        "verify does not report the frame at {} of {}: {:?}",
+        target.start,
+        file_name(rewritten),
+        report.problems
+    );
+    drop(store);
+    // A full replay refuses it, naming segment 1.
+    remove_checkpoints(dir.path());
+    assert_corrupt_at(open_store(dir.path()), rewritten, target.start, "full replay");
 }
 
