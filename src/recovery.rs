@@ -4,8 +4,9 @@
 //! no valid frame after it) is a torn write: it was never acknowledged under `Durability::Immediate`,
 //! so it is truncated away and opening goes on. The same anywhere else, in a sealed segment or with a
 //! valid frame after it, is damage to acknowledged data: opening fails with `Error::Corrupt` naming
-//! the file and offset. A newest segment whose header is incomplete was torn while being created and
-//! holds nothing: it is removed and created again.
+//! the file and offset; so is a whole frame with a good CRC but the wrong seq, wherever it is. A newest
+//! segment whose header is incomplete was torn while being created and holds nothing: it is removed
+//! and created again.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -79,7 +80,9 @@ pub(crate) fn scan_frames(
     let mut offset = from;
     while offset < bytes.len() {
         let rest = bytes.get(offset..).unwrap_or_default();
-        let failure = match read_frame(rest) {
+        // A whole frame with a good CRC but the wrong seq is no torn write (a write that never
+        // finished cannot leave one): it is damage, wherever it is.
+        let (failure, whole) = match read_frame(rest) {
             Ok((header, payload))
                 if header.seq < u64::MAX && (header.seq == *next_seq || (allow_gaps && header.seq > *next_seq)) =>
             {
@@ -96,13 +99,13 @@ pub(crate) fn scan_frames(
             }
             // No frame may take the last seq: the one after it would overflow.
             Ok((header, _)) if header.seq == u64::MAX => {
-                format!("frame has seq {}, past the last usable one", header.seq)
+                (format!("frame has seq {}, past the last usable one", header.seq), true)
             }
-            Ok((header, _)) => format!("frame has seq {}, expected {}", header.seq, *next_seq),
-            Err(FrameError::Short) => "frame is cut short by the end of the file".to_owned(),
-            Err(FrameError::Bad(reason)) => reason,
+            Ok((header, _)) => (format!("frame has seq {}, expected {}", header.seq, *next_seq), true),
+            Err(FrameError::Short) => ("frame is cut short by the end of the file".to_owned(), false),
+            Err(FrameError::Bad(reason)) => (reason, false),
         };
-        let torn = newest && !valid_frame_after(bytes, offset + 1, *next_seq);
+        let torn = newest && !whole && !valid_frame_after(bytes, offset + 1, *next_seq);
         return ScanEnd::Bad {
             offset,
             reason: failure,

@@ -1035,3 +1035,42 @@ fn a_frame_with_a_later_seq_in_a_rewritten_segment_is_corrupt_in_that_segment() 
     assert_corrupt_at(open_store(dir.path()), rewritten, target.start, "full replay");
 }
 
+/// A whole frame with a good CRC at the tail of the newest segment, but not the seq expected there,
+/// cannot be a torn write; it was truncated like one, and with it every acknowledged batch it had
+/// overwritten. It is `Error::Corrupt` now, wherever it is.
+#[test]
+fn a_whole_frame_with_the_wrong_seq_at_the_tail_is_corrupt_not_a_torn_write() {
+    let pristine = tempfile::tempdir().expect("temp dir");
+    write_batches(
+        pristine.path(),
+        &[vec![item("w-1", 40)], vec![item("w-2", 40)], vec![item("w-3", 400)]],
+    );
+    remove_checkpoints(pristine.path());
+    let newest = segment_files(pristine.path()).pop().expect("a segment");
+    let bytes = std::fs::read(&newest).expect("reading the segment");
+    let layout = frames(&bytes);
+    assert_eq!(layout.len(), 3, "one segment with three frames");
+    let (second, last) = (layout[1].clone(), layout[2].clone());
+    for (what, at, source) in [
+        // Overwrites the second frame and the start of the last one: two acknowledged batches.
+        (
+            "the last frame copied over the one before it",
+            second.start,
+            last.clone(),
+        ),
+        ("the first frame copied after the end", bytes.len(), layout[0].clone()),
+        ("the last frame copied after the end", bytes.len(), last.clone()),
+    ] {
+        let dir = tempfile::tempdir().expect("temp dir");
+        copy_store(pristine.path(), dir.path());
+        let damaged = dir.path().join(file_name(&newest));
+        copy_over(&damaged, at, &bytes[source]);
+        let before = std::fs::read(&damaged).expect("reading the damage");
+        assert_corrupt_at(open_store(dir.path()), &damaged, at, what);
+        assert_eq!(
+            std::fs::read(&damaged).expect("reading back"),
+            before,
+            "{what}: a refused open changed the segment"
+        );
+    }
+}
