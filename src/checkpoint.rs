@@ -21,12 +21,14 @@ use crate::store::Shared;
 
 /// The magic bytes that open every checkpoint file.
 const CHECKPOINT_MAGIC: [u8; 8] = *b"CTXLOGCP";
+/// Header flag: the body is `u64 length` + an LZ4 block of that many bytes.
+const FLAG_LZ4: u32 = 1;
 /// The checkpoint format version this build writes and reads.
 const CHECKPOINT_VERSION: u32 = 2;
 /// Bytes of the checkpoint header: magic, version, reserved, seq, body length.
 const CHECKPOINT_HEADER_BYTES: usize = 8 + 4 + 4 + 8 + 8;
 /// Bytes of one version in the version table.
-const VERSION_BYTES: usize = 68;
+const VERSION_BYTES: usize = 72;
 
 /// The file name of a checkpoint as of `seq`; the digits sort like the numbers.
 pub(crate) fn checkpoint_file_name(seq: u64) -> String {
@@ -182,21 +184,25 @@ pub(crate) fn encode(index: &Index, segments: &[SegmentMark]) -> Vec<u8> {
     for set in &index.by_scope {
         put_set(&mut body, set);
     }
-    let mut out = Vec::with_capacity(CHECKPOINT_HEADER_BYTES + body.len() + 4);
+    // Fixed-width tables are mostly small numbers: LZ4 roughly halves them.
+    let mut stored = Vec::with_capacity(body.len() / 2 + 16);
+    stored.extend_from_slice(&(body.len() as u64).to_le_bytes());
+    stored.extend_from_slice(&lz4_flex::block::compress(&body));
+    let mut out = Vec::with_capacity(CHECKPOINT_HEADER_BYTES + stored.len() + 4);
     out.extend_from_slice(&CHECKPOINT_MAGIC);
     out.extend_from_slice(&CHECKPOINT_VERSION.to_le_bytes());
-    out.extend_from_slice(&0u32.to_le_bytes());
+    out.extend_from_slice(&FLAG_LZ4.to_le_bytes());
     out.extend_from_slice(&index.seq.to_le_bytes());
-    out.extend_from_slice(&(body.len() as u64).to_le_bytes());
-    out.extend_from_slice(&body);
+    out.extend_from_slice(&(stored.len() as u64).to_le_bytes());
+    out.extend_from_slice(&stored);
     let crc = crc32fast::hash(&out);
     out.extend_from_slice(&crc.to_le_bytes());
     out
 }
 
-/// One version, 68 bytes: seq_created u64, seq_ended u64 (u64::MAX while open), timestamp i64,
+/// One version, 72 bytes: seq_created u64, seq_ended u64 (u64::MAX while open), timestamp i64,
 /// expires_at i64 (i64::MAX for never), segment, offset, length, id, generation, version tag, scope,
-/// source (u32 each), type u16, state u8, a zero byte.
+/// source (u32 each), type u16, state u8, a zero byte, and the record's body CRC (u32).
 fn encode_version(body: &mut Vec<u8>, version: &VersionEntry) {
     body.extend_from_slice(&version.seq_created.to_le_bytes());
     body.extend_from_slice(&version.seq_ended.to_le_bytes());
@@ -221,6 +227,7 @@ fn encode_version(body: &mut Vec<u8>, version: &VersionEntry) {
         STATE_RETIRED
     });
     body.push(0);
+    body.extend_from_slice(&version.location.crc.to_le_bytes());
 }
 
 fn le_u64(bytes: &[u8], at: usize) -> u64 {
@@ -254,6 +261,7 @@ fn decode_version(bytes: &[u8], bounds: &Bounds<'_>) -> Result<VersionEntry, Str
         segment: le_u32(bytes, 32),
         offset: le_u32(bytes, 36),
         len: le_u32(bytes, 40),
+        crc: le_u32(bytes, 68),
     };
     let id = le_u32(bytes, 44);
     let generation = le_u32(bytes, 48);
@@ -388,12 +396,40 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Loaded, String> {
             "checkpoint format version {version} is not supported (this build reads {CHECKPOINT_VERSION})"
         ));
     }
-    let _reserved = c.u32("reserved").map_err(e)?;
+    let flags = c.u32("flags").map_err(e)?;
+    if flags & !FLAG_LZ4 != 0 {
+        return Err(format!("unknown checkpoint flags {flags:#x}"));
+    }
     let seq = c.u64("seq").map_err(e)?;
     let body_len = c.u64("body length").map_err(e)?;
     if usize::try_from(body_len).ok() != Some(total - CHECKPOINT_HEADER_BYTES) {
         return Err("body length does not match the file".into());
     }
+    let stored = covered.get(CHECKPOINT_HEADER_BYTES..).unwrap_or_default();
+    let body: std::borrow::Cow<'_, [u8]> = if flags & FLAG_LZ4 == 0 {
+        std::borrow::Cow::Borrowed(stored)
+    } else {
+        let raw_len = stored
+            .get(..8)
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_le_bytes)
+            .ok_or("the compressed body is cut short")?;
+        let block = stored.get(8..).unwrap_or_default();
+        // LZ4 expands at most 255 times: never trust the stated length for an allocation beyond that.
+        let bound = (block.len() as u64).saturating_mul(255).saturating_add(64);
+        let raw_len = usize::try_from(raw_len)
+            .ok()
+            .filter(|len| (*len as u64) <= bound)
+            .ok_or_else(|| format!("the body claims {raw_len} bytes, more than its block can hold"))?;
+        let raw =
+            lz4_flex::block::decompress(block, raw_len).map_err(|e| format!("the body does not decompress: {e}"))?;
+        if raw.len() != raw_len {
+            return Err("the body decompresses to another length".into());
+        }
+        std::borrow::Cow::Owned(raw)
+    };
+    let total = body.len();
+    let mut c = Cursor::new(&body);
 
     let count = c.u32("segment count").map_err(e)?;
     let mut segments = Vec::with_capacity(bounded(count, 16, &c, total, "segment")?);

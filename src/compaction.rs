@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
-use crate::index::{Index, Location, VersionEntry, SEQ_OPEN};
+use crate::index::{record_crc_at, Index, Location, VersionEntry, SEQ_OPEN};
 use crate::log::record::{decode_batch, BatchEncoder, RecordView, FRAME_HEADER_BYTES, RECORD_HEADER_BYTES};
 use crate::log::segment::{segment_file_name, Segment, SegmentHeader, SEGMENT_HEADER_BYTES};
 use crate::log::writer::sync_dir;
@@ -330,6 +330,7 @@ fn rewrite(shared: &Shared, number: u32, plan: &SegmentPlan, report: &mut Compac
                     segment: number,
                     offset: u32::try_from(frame_at + at).map_err(|_| "offset overflow")?,
                     len: u32::try_from(len).map_err(|_| "length overflow")?,
+                    crc: record_crc_at(&out, frame_at + at),
                 };
                 updates.push(match retired {
                     Some(reason) => Update::Retire(slot, location, reason),

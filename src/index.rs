@@ -39,15 +39,25 @@ pub(crate) fn version_tag(version: &str) -> u32 {
     crc32fast::hash(version.as_bytes())
 }
 
-/// Where a record is stored: segment number, byte offset and length of the whole record.
+/// Where a record is stored: segment number, byte offset and length of the whole record, and the
+/// CRC of its body (from its header), which tells it from any other record that could be there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) struct Location {
     pub(crate) segment: u32,
     pub(crate) offset: u32,
     pub(crate) len: u32,
+    pub(crate) crc: u32,
 }
 
-/// One stored version of an id: 72 bytes, no heap.
+/// The body CRC in the header of the record that starts at `at` in `bytes` (0 if out of bounds).
+pub(crate) fn record_crc_at(bytes: &[u8], at: usize) -> u32 {
+    bytes
+        .get(at + 5..at + 9)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u32::from_le_bytes)
+}
+
+/// One stored version of an id: 80 bytes, no heap.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct VersionEntry {
     pub(crate) seq_created: u64,
@@ -922,6 +932,7 @@ mod tests {
         segment: 1,
         offset: 32,
         len: 10,
+        crc: 0,
     };
 
     fn visible_tag(index: &Index, name: &str, seq: u64) -> Option<u32> {
@@ -946,6 +957,12 @@ mod tests {
         assert_eq!(index.current_history("a").count(), 1);
         assert_eq!(index.live_ids, 1);
         assert_eq!(index.by_time.len(), 3);
+    }
+
+    #[test]
+    fn entries_stay_small() {
+        assert_eq!(std::mem::size_of::<VersionEntry>(), 80);
+        assert_eq!(std::mem::size_of::<IdEntry>(), 16);
     }
 
     #[test]

@@ -4,8 +4,9 @@
 //! no valid frame after it) is a torn write: it was never acknowledged under `Durability::Immediate`,
 //! so it is truncated away and opening goes on. The same anywhere else, in a sealed segment or with a
 //! valid frame after it, is damage to acknowledged data: opening fails with `Error::Corrupt` naming
-//! the file and offset. A newest segment whose header is incomplete was torn while being created and
-//! holds nothing: it is removed and created again.
+//! the file and offset; so is a whole frame with a good CRC but the wrong seq, wherever it is. A newest
+//! segment whose header is incomplete was torn while being created and holds nothing: it is removed
+//! and created again.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -82,7 +83,9 @@ pub(crate) fn scan_frames(
     let mut offset = from;
     while offset < bytes.len() {
         let rest = bytes.get(offset..).unwrap_or_default();
-        let failure = match read_frame(rest) {
+        // A whole frame with a good CRC but the wrong seq is no torn write (a write that never
+        // finished cannot leave one): it is damage, wherever it is.
+        let (failure, whole) = match read_frame(rest) {
             Ok((header, payload))
                 if header.seq < u64::MAX && (header.seq == *next_seq || (allow_gaps && header.seq > *next_seq)) =>
             {
@@ -99,13 +102,13 @@ pub(crate) fn scan_frames(
             }
             // No frame may take the last seq: the one after it would overflow.
             Ok((header, _)) if header.seq == u64::MAX => {
-                format!("frame has seq {}, past the last usable one", header.seq)
+                (format!("frame has seq {}, past the last usable one", header.seq), true)
             }
-            Ok((header, _)) => format!("frame has seq {}, expected {}", header.seq, *next_seq),
-            Err(FrameError::Short) => "frame is cut short by the end of the file".to_owned(),
-            Err(FrameError::Bad(reason)) => reason,
+            Ok((header, _)) => (format!("frame has seq {}, expected {}", header.seq, *next_seq), true),
+            Err(FrameError::Short) => ("frame is cut short by the end of the file".to_owned(), false),
+            Err(FrameError::Bad(reason)) => (reason, false),
         };
-        let torn = newest && !synced_frame_after(bytes, offset, *next_seq);
+        let torn = newest && !whole && !synced_frame_after(bytes, offset, *next_seq);
         return ScanEnd::Bad {
             offset,
             reason: failure,
@@ -139,13 +142,20 @@ fn synced_frame_after(bytes: &[u8], bad: usize, expected_seq: u64) -> bool {
     })
 }
 
-/// The location of a record `start` bytes into the payload of the frame at `frame_offset`.
-fn location_of(segment: u32, frame_offset: usize, start: usize, len: usize) -> Result<Location, String> {
+/// The location of a record `start` bytes into `payload`, the payload of the frame at `frame_offset`.
+fn location_of(
+    segment: u32,
+    frame_offset: usize,
+    payload: &[u8],
+    start: usize,
+    len: usize,
+) -> Result<Location, String> {
     let offset = frame_offset + FRAME_HEADER_BYTES + start;
     Ok(Location {
         segment,
         offset: u32::try_from(offset).map_err(|_| "record offset overflow".to_owned())?,
         len: u32::try_from(len).map_err(|_| "record length overflow".to_owned())?,
+        crc: crate::index::record_crc_at(payload, start),
     })
 }
 
@@ -191,13 +201,18 @@ fn replay_batch(
                 if stored_twice(index, segment, bytes, put.id, put.version) {
                     return Err(format!("item {:?} version {:?} is stored twice", put.id, put.version));
                 }
-                index.apply_put(seq, &put, location_of(segment, frame_offset, start, len)?);
+                index.apply_put(seq, &put, location_of(segment, frame_offset, payload, start, len)?);
             }
             RecordView::Retired { id, version, .. } => {
                 if stored_twice(index, segment, bytes, id, version) {
                     return Err(format!("item {id:?} version {version:?} is stored twice"));
                 }
-                index.apply_retired(seq, id, version, location_of(segment, frame_offset, start, len)?);
+                index.apply_retired(
+                    seq,
+                    id,
+                    version,
+                    location_of(segment, frame_offset, payload, start, len)?,
+                );
             }
             RecordView::Pin {
                 name,
@@ -366,6 +381,13 @@ fn checkpoint_start(
 
 type Replayed = (Index, ActiveSegment, u64);
 
+/// The first seq of the segment at `path`, if its header can be read and is whole.
+pub(crate) fn next_base_seq(storage: &dyn Storage, path: &Path) -> Option<u64> {
+    let mut header = [0u8; SEGMENT_HEADER_BYTES];
+    storage.open_read(path).ok()?.read_exact_at(&mut header, 0).ok()?;
+    SegmentHeader::decode(&header).ok().map(|header| header.base_seq)
+}
+
 /// Replays `numbers` (sorted segment numbers) into `start`'s index.
 fn replay(
     storage: &dyn Storage,
@@ -444,6 +466,11 @@ fn replay(
             }
         };
         previous_rewritten = header.rewrites > 0;
+        // Every frame comes before the next segment's first seq: a later one (which a rewritten
+        // segment's allowed gaps would let through) is damage here, not at the next segment.
+        let next_base_seq = numbers
+            .get(position + 1)
+            .and_then(|next| next_base_seq(storage, &dir.join(segment_file_name(*next))));
         let mut frames = 0u64;
         let mut records = 0u64;
         let scanned = scan_frames(
@@ -453,6 +480,11 @@ fn replay(
             newest,
             header.rewrites > 0,
             &mut |seq, offset, payload| {
+                if let Some(base) = next_base_seq.filter(|base| seq >= *base) {
+                    return Err(format!(
+                        "frame has seq {seq}, but the next segment starts at seq {base}"
+                    ));
+                }
                 frames += 1;
                 records += replay_batch(&mut index, seq, (number, &bytes), offset, payload)?;
                 Ok(())

@@ -7,9 +7,9 @@ use serde::Serialize;
 use sha2::Digest;
 
 use crate::error::{Error, Result};
-use crate::index::{version_tag, Index, VersionEntry};
-use crate::item::{canonical_json, content_hash, format_hash, validate_name, validate_version, ContextItem};
-use crate::log::record::{decode_record, RecordView};
+use crate::index::{record_crc_at, version_tag, Index, VersionEntry, NEVER_EXPIRES};
+use crate::item::{canonical_json, content_hash, format_hash, validate_name, validate_version, ContextItem, Scope};
+use crate::log::record::{decode_record, PutView, RecordView, ScopeView};
 use crate::log::writer::Op;
 use crate::query::{self, scope_visible, ContextQuery, QueryStats, ViewBounds};
 use crate::store::Shared;
@@ -99,6 +99,13 @@ fn damaged(index: &Index, version: &VersionEntry, reason: String) -> ReadFailure
 /// timestamp) the index says it is, and the content's SHA-256.
 pub(crate) fn read_item(index: &Index, version: &VersionEntry) -> Result<ContextItem, ReadFailure> {
     let bytes = record_bytes(index, version)?;
+    if record_crc_at(&bytes, 0) != version.location.crc {
+        return Err(damaged(
+            index,
+            version,
+            "the record there is not the one the index points at (its CRC differs)".into(),
+        ));
+    }
     let record = decode_record(&bytes).map_err(|e| damaged(index, version, e.0))?;
     let RecordView::Put(put) = record else {
         return Err(damaged(
@@ -117,6 +124,16 @@ pub(crate) fn read_item(index: &Index, version: &VersionEntry) -> Result<Context
             "the stored record is not the version the index expects".into(),
         ));
     }
+    // An id deleted and added again may hold the same (id, version, hash) in both histories, in
+    // records of the same length: a record of the other history at this location (a frame copied
+    // over another) must not pass for this one.
+    if !same_metadata(index, version, &put) {
+        return Err(damaged(
+            index,
+            version,
+            "the stored record is another put of this version (its metadata differs from the index)".into(),
+        ));
+    }
     let content = put.content().map_err(|e| damaged(index, version, e.0))?;
     if content_hash(&content) != put.hash {
         return Err(damaged(index, version, "content does not match its SHA-256".into()));
@@ -127,6 +144,13 @@ pub(crate) fn read_item(index: &Index, version: &VersionEntry) -> Result<Context
 /// The version string and content hash of a stored or retired version, from its record.
 pub(crate) fn read_identity(index: &Index, version: &VersionEntry) -> Result<(String, [u8; 32]), ReadFailure> {
     let bytes = record_bytes(index, version)?;
+    if record_crc_at(&bytes, 0) != version.location.crc {
+        return Err(damaged(
+            index,
+            version,
+            "the record there is not the one the index points at (its CRC differs)".into(),
+        ));
+    }
     let record = decode_record(&bytes).map_err(|e| damaged(index, version, e.0))?;
     let (id, found, hash) = match record {
         RecordView::Put(put) => (put.id, put.version, put.hash),
@@ -155,6 +179,31 @@ pub(crate) fn is_version(index: &Index, entry: &VersionEntry, asked: &str) -> Re
         return Ok(false);
     }
     Ok(read_identity(index, entry)?.0 == asked)
+}
+
+/// Whether a put's timestamp, expiry, type, scope and source are those the index has for `version`.
+fn same_metadata(index: &Index, version: &VersionEntry, put: &PutView<'_>) -> bool {
+    let scope_matches = index
+        .scopes
+        .value(version.scope)
+        .is_some_and(|scope| match (scope, put.scope) {
+            (Scope::Session(expected), ScopeView::Session(stored)) => expected == stored,
+            (Scope::GlobalReadonly, ScopeView::GlobalReadonly) | (Scope::GlobalWritable, ScopeView::GlobalWritable) => {
+                true
+            }
+            _ => false,
+        });
+    put.timestamp == version.timestamp
+        && put.expires_at().unwrap_or(NEVER_EXPIRES) == version.expires_at
+        && scope_matches
+        && index
+            .kinds
+            .value(u32::from(version.kind))
+            .is_some_and(|kind| **kind == *put.kind)
+        && index
+            .sources
+            .value(version.source)
+            .is_some_and(|source| **source == *put.source)
 }
 
 /// Keeps compaction from reclaiming what a live snapshot handle sees, until the last clone drops.
@@ -507,38 +556,46 @@ impl Snapshot {
             Err(ReadFailure::Damaged(_)) => Ok(Err(Resolution::HashMismatch { id: id.to_owned() })),
             Err(ReadFailure::Io(e)) => Err(e),
         };
-        let item = match read(latest)? {
-            Ok(item) => item,
-            Err(mismatch) => return Ok(mismatch),
+        let Some(asked) = version else {
+            return Ok(read(latest)?.map_or_else(|mismatch| mismatch, Resolution::Found));
         };
-        match version {
-            Some(asked) if asked != item.version => {
-                // An earlier version of the same history that this view has seen.
-                let mut earlier = false;
-                for (_, entry) in index.versions_of(latest.id) {
-                    if entry.generation != latest.generation || entry.seq_created > seq {
-                        continue;
-                    }
-                    match is_version(index, entry, asked) {
-                        Ok(true) => {
-                            earlier = true;
-                            break;
-                        }
-                        Ok(false) | Err(ReadFailure::Damaged(_)) => {}
-                        Err(ReadFailure::Io(e)) => return Err(e),
-                    }
-                }
-                if !earlier {
-                    return not_found();
-                }
-                Ok(Resolution::Superseded {
-                    id: id.to_owned(),
-                    requested_version: asked.to_owned(),
-                    latest: item,
-                })
+        // The version tag rules the latest version out without reading it; when it matches, the
+        // record decides (a damaged one answers HashMismatch, as a plain `id` would).
+        if latest.version_tag == version_tag(asked) {
+            match read(latest)? {
+                Ok(item) if item.version == asked => return Ok(Resolution::Found(item)),
+                Ok(_) => {}
+                Err(mismatch) => return Ok(mismatch),
             }
-            _ => Ok(Resolution::Found(item)),
         }
+        // An earlier version of the same history that this view has seen. A record whose tag
+        // matches but that cannot be read is taken as that version: its identity is not in doubt,
+        // only its bytes, and it is not returned.
+        let mut earlier = false;
+        for (_, entry) in index.versions_of(latest.id) {
+            if std::ptr::eq(entry, latest) || entry.generation != latest.generation || entry.seq_created > seq {
+                continue;
+            }
+            match is_version(index, entry, asked) {
+                Ok(true) | Err(ReadFailure::Damaged(_)) if entry.version_tag == version_tag(asked) => {
+                    earlier = true;
+                    break;
+                }
+                Ok(_) | Err(ReadFailure::Damaged(_)) => {}
+                Err(ReadFailure::Io(e)) => return Err(e),
+            }
+        }
+        if !earlier {
+            return not_found();
+        }
+        Ok(match read(latest)? {
+            Ok(item) => Resolution::Superseded {
+                id: id.to_owned(),
+                requested_version: asked.to_owned(),
+                latest: item,
+            },
+            Err(mismatch) => mismatch,
+        })
     }
 }
 

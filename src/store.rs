@@ -24,7 +24,7 @@ use crate::log::record::{decode_batch, RecordView};
 use crate::log::segment::{read_whole, SegmentHeader, SEGMENT_HEADER_BYTES};
 use crate::log::writer::{Command, Op, OpOutcome, Writer};
 use crate::query::{ContextQuery, QueryStats};
-use crate::recovery::{recover, scan_frames, RecoveryStats, ScanEnd};
+use crate::recovery::{next_base_seq, recover, scan_frames, RecoveryStats, ScanEnd};
 use crate::snapshot::{Receipt, Resolution, Snapshot, SnapshotInfo};
 use crate::storage::{DirLock, FileStorage, Storage};
 
@@ -760,7 +760,14 @@ impl Store {
         let mut report = VerifyReport::default();
         let mut next_seq: Option<u64> = None;
         let mut previous_rewritten = false;
-        for segment in segments {
+        let storage = &*self.inner.shared.storage;
+        let next_base_seqs: Vec<Option<u64>> = segments
+            .iter()
+            .skip(1)
+            .map(|next| next_base_seq(storage, &next.path))
+            .chain([None])
+            .collect();
+        for (segment, next_base_seq) in segments.into_iter().zip(next_base_seqs) {
             report.segments_checked += 1;
             let mut bytes = read_whole(&*self.inner.shared.storage, &segment.path)?;
             bytes.truncate(usize::try_from(segment.published_len()).unwrap_or(usize::MAX));
@@ -796,7 +803,12 @@ impl Store {
                 &mut seq,
                 false,
                 header.rewrites > 0,
-                &mut |_, offset, payload| {
+                &mut |seq, offset, payload| {
+                    if let Some(base) = next_base_seq.filter(|base| seq >= *base) {
+                        return Err(format!(
+                            "frame has seq {seq}, but the next segment starts at seq {base}"
+                        ));
+                    }
                     frames_checked += 1;
                     let records = decode_batch(payload).map_err(|e| e.0)?;
                     for (start, _, record) in records {

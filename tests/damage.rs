@@ -863,3 +863,227 @@ fn damage_under_a_checkpoint_is_found_by_verify() {
         "verify missed the damage: {report:?}"
     );
 }
+
+/// Writes `source` over the bytes of `path` from `at` on (extending the file if it runs past the end).
+fn copy_over(path: &Path, at: usize, source: &[u8]) {
+    let mut bytes = std::fs::read(path).expect("reading the file to damage");
+    if bytes.len() < at + source.len() {
+        bytes.resize(at + source.len(), 0);
+    }
+    bytes[at..at + source.len()].copy_from_slice(source);
+    std::fs::write(path, &bytes).expect("writing the damage");
+}
+
+/// Expects `Error::Corrupt` naming `file` at `offset`, with both in its message.
+fn assert_corrupt_at(result: Result<Store>, file: &Path, offset: usize, context: &str) {
+    match result {
+        Err(error @ Error::Corrupt { .. }) => {
+            let message = error.to_string();
+            let Error::Corrupt {
+                file: named,
+                offset: at,
+                ..
+            } = error
+            else {
+                unreachable!()
+            };
+            assert_eq!(
+                (file_name(&named), at),
+                (file_name(file), offset as u64),
+                "{context}: {message}"
+            );
+            assert!(
+                message.contains(&file_name(file)) && message.contains(&format!("offset {offset}")),
+                "{context}: the message does not name the file and offset: {message}"
+            );
+        }
+        Err(other) => panic!("{context}: expected Corrupt, got {other}"),
+        Ok(store) => panic!(
+            "{context}: the store opened ({} bytes truncated, {} items)",
+            store.stats().recovery.truncated_bytes,
+            store.stats().items
+        ),
+    }
+}
+
+/// An id deleted and added again with the same version and content keeps the same (id, version,
+/// hash) in both histories, in records of the same length. A frame of the first history copied over
+/// the second's (in a segment the checkpoint covers, so that opening does not read it) used to be
+/// returned as the item: the read checked the record's CRC, id, version and hash, all of which match.
+#[test]
+fn a_put_of_an_earlier_history_copied_over_the_current_one_is_never_returned() {
+    let trap = |timestamp: i64, confidence: f64| {
+        ContextItem::new(
+            "trap",
+            "document_chunk",
+            json!({"text": "the same content in both histories"}),
+            "damage-test",
+            timestamp,
+            "1",
+            Scope::GlobalWritable,
+        )
+        .with_confidence(confidence)
+    };
+    // The second history differs in its timestamp and confidence, then in its confidence alone
+    // (which only the record's CRC, kept in the index, tells apart).
+    for second_timestamp in [CLOCK_START + 1, CLOCK_START] {
+        earlier_history_copied_over(&trap, second_timestamp);
+    }
+}
+
+fn earlier_history_copied_over(trap: &dyn Fn(i64, f64) -> ContextItem, second_timestamp: i64) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    {
+        let store = open_store(dir.path()).expect("open");
+        store.add(vec![trap(CLOCK_START, 0.5)]).expect("add the first history");
+        assert!(store.delete("trap").expect("delete"));
+        store
+            .add(vec![trap(second_timestamp, 0.25)])
+            .expect("add the second history");
+    }
+    let segment = segment_files(dir.path()).pop().expect("a segment");
+    let bytes = std::fs::read(&segment).expect("reading the segment");
+    let layout = frames(&bytes);
+    let (first, second) = (layout[0].clone(), layout[2].clone());
+    assert_eq!(
+        first.len(),
+        second.len(),
+        "both puts should take frames of the same length"
+    );
+    copy_over(&segment, second.start, &bytes[first]);
+
+    let store = open_store(dir.path()).expect("opening from the checkpoint reads no frame");
+    assert!(
+        store.stats().recovery.checkpoint_seq.is_some(),
+        "no checkpoint was used"
+    );
+    let resolved = store.resolve(["trap", "trap@1"]).expect("resolve");
+    for resolution in resolved {
+        assert_eq!(
+            resolution,
+            Resolution::HashMismatch { id: "trap".into() },
+            "the first history's record was taken for the second's"
+        );
+    }
+    match store.get(&ContextQuery::new()) {
+        Err(Error::Corrupt { file, offset, .. }) => {
+            assert_eq!(file_name(&file), file_name(&segment));
+            assert!(
+                (second.start as u64..second.end as u64).contains(&offset),
+                "offset {offset}"
+            );
+        }
+        other => panic!("get should fail with Corrupt, got {other:?}"),
+    }
+    let report = store.verify().expect("verify");
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|p| file_name(&p.file) == file_name(&segment)),
+        "verify misses the misplaced frame: {:?}",
+        report.problems
+    );
+}
+
+/// A rewritten segment may skip sequence numbers, so a whole frame with a later seq copied over its
+/// last frame passed its scan, and the damage was blamed on the next segment ("starts at seq N, but
+/// the log before it ends at M"), by opening and by verify(). Every frame must come before the next
+/// segment's first seq: the error names the damaged segment and the frame's offset.
+#[test]
+fn a_frame_with_a_later_seq_in_a_rewritten_segment_is_corrupt_in_that_segment() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    {
+        let store = open_store(dir.path()).expect("open");
+        store.add(vec![item("pad-1", 3300)]).expect("add");
+        store.add(vec![item("eq-a", 100)]).expect("add");
+        store.add(vec![item("pad-2", 3300)]).expect("add");
+        store.add(vec![item("eq-b", 100)]).expect("add");
+        let mut newer = item("pad-1", 10);
+        newer.version = "2".into();
+        store.add(vec![newer]).expect("add");
+        let report = store.compact().expect("compact");
+        assert!(report.segments_rewritten >= 1, "{report:?}");
+    }
+    let segments = segment_files(dir.path());
+    let rewritten = &segments[0];
+    let rewritten_bytes = std::fs::read(rewritten).expect("reading segment 1");
+    assert!(
+        u32::from_le_bytes(rewritten_bytes[24..28].try_into().expect("4 bytes")) > 0,
+        "segment 1 should have been rewritten"
+    );
+    let next_bytes = std::fs::read(&segments[1]).expect("reading segment 2");
+    let frame_of = |bytes: &[u8], id: &[u8]| {
+        frames(bytes)
+            .into_iter()
+            .find(|frame| bytes[frame.clone()].windows(id.len()).any(|w| w == id))
+            .unwrap_or_else(|| panic!("no frame holds {}", String::from_utf8_lossy(id)))
+    };
+    let target = frame_of(&rewritten_bytes, b"eq-a");
+    assert_eq!(target.end, rewritten_bytes.len(), "eq-a's frame should end segment 1");
+    let source = frame_of(&next_bytes, b"eq-b");
+    assert_eq!(
+        target.len(),
+        source.len(),
+        "eq-a and eq-b should take frames of the same length"
+    );
+    copy_over(rewritten, target.start, &next_bytes[source]);
+
+    // Opening from the checkpoint does not read segment 1; verify() does.
+    let store = open_store(dir.path()).expect("open from the checkpoint");
+    let report = store.verify().expect("verify");
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|p| file_name(&p.file) == file_name(rewritten) && p.offset == target.start as u64),
+        "verify does not report the frame at {} of {}: {:?}",
+        target.start,
+        file_name(rewritten),
+        report.problems
+    );
+    drop(store);
+    // A full replay refuses it, naming segment 1.
+    remove_checkpoints(dir.path());
+    assert_corrupt_at(open_store(dir.path()), rewritten, target.start, "full replay");
+}
+
+/// A whole frame with a good CRC at the tail of the newest segment, but not the seq expected there,
+/// cannot be a torn write; it was truncated like one, and with it every acknowledged batch it had
+/// overwritten. It is `Error::Corrupt` now, wherever it is.
+#[test]
+fn a_whole_frame_with_the_wrong_seq_at_the_tail_is_corrupt_not_a_torn_write() {
+    let pristine = tempfile::tempdir().expect("temp dir");
+    write_batches(
+        pristine.path(),
+        &[vec![item("w-1", 40)], vec![item("w-2", 40)], vec![item("w-3", 400)]],
+    );
+    remove_checkpoints(pristine.path());
+    let newest = segment_files(pristine.path()).pop().expect("a segment");
+    let bytes = std::fs::read(&newest).expect("reading the segment");
+    let layout = frames(&bytes);
+    assert_eq!(layout.len(), 3, "one segment with three frames");
+    let (second, last) = (layout[1].clone(), layout[2].clone());
+    for (what, at, source) in [
+        // Overwrites the second frame and the start of the last one: two acknowledged batches.
+        (
+            "the last frame copied over the one before it",
+            second.start,
+            last.clone(),
+        ),
+        ("the first frame copied after the end", bytes.len(), layout[0].clone()),
+        ("the last frame copied after the end", bytes.len(), last.clone()),
+    ] {
+        let dir = tempfile::tempdir().expect("temp dir");
+        copy_store(pristine.path(), dir.path());
+        let damaged = dir.path().join(file_name(&newest));
+        copy_over(&damaged, at, &bytes[source]);
+        let before = std::fs::read(&damaged).expect("reading the damage");
+        assert_corrupt_at(open_store(dir.path()), &damaged, at, what);
+        assert_eq!(
+            std::fs::read(&damaged).expect("reading back"),
+            before,
+            "{what}: a refused open changed the segment"
+        );
+    }
+}

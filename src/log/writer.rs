@@ -428,7 +428,7 @@ impl Writer {
         let mut registry_changed = false;
         let mut registry = (*self.shared.registry()).clone();
         for batch in staged {
-            let (Some((_, records)), Some((segment, frame_offset))) = (&batch.frame, batch.location) else {
+            let (Some((frame, records)), Some((segment, frame_offset))) = (&batch.frame, batch.location) else {
                 continue;
             };
             for record in records {
@@ -452,6 +452,7 @@ impl Writer {
                             segment,
                             offset: u32::try_from(frame_offset + record.start as u64).unwrap_or(u32::MAX),
                             len: u32::try_from(record.len).unwrap_or(u32::MAX),
+                            crc: crate::index::record_crc_at(frame, record.start),
                         };
                         index.apply_put(batch.seq, &put, location);
                     }
