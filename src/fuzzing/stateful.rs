@@ -864,6 +864,46 @@ fn summary(state: &State) -> String {
     format!("items [{}] pins [{}]", items.join(" "), pins.join(" "))
 }
 
+/// A short account of an observation, for failure messages: the items `get` shows, each reference's
+/// resolution (`F` found, with the version; `S` superseded; `E` expired; `N` not found; `H` damaged),
+/// `stats().items`, and the pins.
+fn brief(seen: &Observation) -> String {
+    let items: Vec<String> = seen
+        .items
+        .iter()
+        .map(|item| format!("{}@{}", item.id, item.version))
+        .collect();
+    let resolved: Vec<String> = all_refs()
+        .iter()
+        .zip(&seen.resolved)
+        .map(|(r, answer)| {
+            let short = match answer {
+                Resolution::Found(item) => format!("F{}", item.version),
+                Resolution::Superseded { .. } => "S".to_owned(),
+                Resolution::Expired { expired_at, .. } => format!("E{expired_at}"),
+                Resolution::NotFound { .. } => "N".to_owned(),
+                Resolution::HashMismatch { .. } => "H".to_owned(),
+            };
+            format!("{}:{short}", ref_text(r))
+        })
+        .collect();
+    let pins: Vec<String> = seen
+        .pins
+        .iter()
+        .zip(&seen.pinned)
+        .map(|((name, seq, taken_at, session), (items, _))| {
+            format!("{name}@{seq}/{taken_at}/{session:?}:{}", items.len())
+        })
+        .collect();
+    format!(
+        "items [{}] refs [{}] stats().items {} pins [{}]",
+        items.join(" "),
+        resolved.join(" "),
+        seen.live_ids,
+        pins.join(" ")
+    )
+}
+
 fn dedup(candidates: &mut Vec<Candidate>) {
     let mut unique: Vec<Candidate> = Vec::with_capacity(candidates.len());
     for candidate in candidates.drain(..) {
@@ -1029,11 +1069,23 @@ impl Run {
             }
         }
         if survivors.is_empty() {
-            let allowed: Vec<String> = self.worlds.iter().flat_map(|c| c.history.iter().map(summary)).collect();
+            let allowed: Vec<String> = self
+                .worlds
+                .iter()
+                .flat_map(|c| c.history.iter())
+                .map(|state| {
+                    format!(
+                        "{}\n   shows {}",
+                        summary(state),
+                        brief(&expected_observation(state, now))
+                    )
+                })
+                .collect();
             panic!(
                 "step {}: after a power cut the store shows a state the acknowledged operations do not allow\n \
-                 seen: {seen:?}\n allowed: {allowed:#?}",
-                self.step
+                 seen: {}\n allowed: {allowed:#?}",
+                self.step,
+                brief(&seen)
             );
         }
         dedup(&mut survivors);
@@ -1074,14 +1126,26 @@ impl Run {
             Err(e) => panic!("step {}: reading {when} failed: {e:?}", self.step),
         };
         let now = self.clock.now();
-        let before: Vec<String> = self.worlds.iter().map(|c| summary(c.current())).collect();
-        self.worlds
-            .retain(|candidate| expected_observation(candidate.current(), now) == seen);
-        assert!(
-            !self.worlds.is_empty(),
-            "step {}: {when} the store shows {seen:?}\n the model expected one of {before:#?}",
-            self.step
-        );
+        let shows = |candidate: &Candidate| expected_observation(candidate.current(), now) == seen;
+        if !self.worlds.iter().any(shows) {
+            let expected: Vec<String> = self
+                .worlds
+                .iter()
+                .map(|c| {
+                    format!(
+                        "{}\n   shows {}",
+                        summary(c.current()),
+                        brief(&expected_observation(c.current(), now))
+                    )
+                })
+                .collect();
+            panic!(
+                "step {}: {when} the store shows {}\n the model expected one of {expected:#?}",
+                self.step,
+                brief(&seen)
+            );
+        }
+        self.worlds.retain(shows);
     }
 
     fn op(&mut self, op: &Op) {
