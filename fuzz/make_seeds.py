@@ -222,6 +222,7 @@ stateful = {
     "never-cut-in-compact": NEVER + b"".join(fill) + advance(6) + add(item("a", "3")) + cut_power(9, 6) + COMPACT
     + get(),
     "cut-in-reopen": NEVER + b"".join(fill[:5]) + cut_power(4, 11) + REOPEN + get(),
+    "rotate-crash": IMMEDIATE + b"".join(fill[:8]) + crash(1) + b"".join(fill[8:]) + crash(2) + COMPACT + crash(3),
 }
 for name, data in stateful.items():
     write("stateful", name, data)
