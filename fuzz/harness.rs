@@ -20,6 +20,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("item_json", item_json),
     ("time_range", time_range),
     ("recovery", recovery),
+    ("stateful", stateful),
 ];
 
 /// A frame, as is and with its CRCs recomputed: read, decoded, every record decoded again alone.
@@ -219,4 +220,10 @@ pub fn recovery(data: &[u8]) {
         }
     }
     let _ = store.stats();
+}
+
+/// Arbitrary bytes as a sequence of store operations on a simulated disk, power cuts included, each
+/// answer and each recovered state checked against a model (see `ctxlog::fuzzing::stateful`).
+pub fn stateful(data: &[u8]) {
+    ctxlog::fuzzing::stateful::run(data);
 }

@@ -108,3 +108,126 @@ ranges = {
 }
 for name, text in ranges.items():
     write("time_range", name, text)
+
+
+# stateful: store operations (see src/fuzzing/stateful.rs for the encoding). The first byte picks the
+# durability (0: Immediate, 1: Never); each operation is an opcode byte (mod 20) and its arguments.
+VIEW = {None: 0, "s1": 4, "s2": 5}
+READ_VIEW = {None: 0, "s1": 2, "s2": 3, "s3": 4}
+IDS = "abcdef"
+PINS = ["p1", "p2", "p3"]
+
+
+def item(id, version="1", content=None, kind=0, source=0, scope=2, ttl=None, confidence=None, at=6):
+    """One item: id in a..f, version "1".."3", content None (usual) or 0..5 (pool), kind 0..2,
+    source 0..1, scope 0..3 (s1, s2, global_readonly, global_writable), ttl 1..12, confidence
+    index 0..3, timestamp START - 6 + at."""
+    identity = IDS.index(id) + 6 * (int(version) - 1) + 18 * (0 if content is None else 8 + content)
+    labels = kind + 3 * source + 6 * scope
+    for extras in range(256):
+        if (extras & 0x80 != 0) != (ttl is not None):
+            continue
+        if ttl is not None and 1 + extras % 12 != ttl:
+            continue
+        c = (extras >> 4) & 7
+        if (c if c < 4 else None) != confidence:
+            continue
+        break
+    else:
+        raise ValueError("no extras byte")
+    return bytes([identity, labels, extras, at])
+
+
+def add(*items, view=None):
+    return bytes([0, VIEW[view], len(items) - 1]) + b"".join(items)
+
+
+def ref(id, version=None):
+    return IDS.index(id) + 6 * (0 if version is None else int(version))
+
+
+def refs(*rs):
+    return bytes([len(rs) - 1] + [ref(*r) if isinstance(r, tuple) else ref(r) for r in rs])
+
+
+ALL = 0  # a query without filters
+
+
+def get(view=None, flags=ALL, *args):
+    return bytes([5, READ_VIEW[view], flags, *args])
+
+
+def resolve(*rs, view=None):
+    return bytes([6, READ_VIEW[view]]) + refs(*rs)
+
+
+def delete(id):
+    return bytes([4, IDS.index(id)])
+
+
+def snapshot(view=None):
+    return bytes([7, READ_VIEW[view]])
+
+
+def read_snap(n, *rs):
+    return bytes([8, n, ALL]) + refs(*rs)
+
+
+def advance(secs):
+    return bytes([9, secs])
+
+
+COMPACT, FLUSH, REOPEN = bytes([10]), bytes([14]), bytes([15])
+
+
+def pin(name, view=None):
+    return bytes([11, PINS.index(name), READ_VIEW[view]])
+
+
+def unpin(name):
+    return bytes([12, PINS.index(name)])
+
+
+def open_pinned(name, *rs):
+    return bytes([13, PINS.index(name), ALL]) + refs(*rs)
+
+
+def crash(seed, recovery_cut=None):
+    if recovery_cut is None:
+        return bytes([16, seed & 255, seed >> 8, 0])
+    after, seed2 = recovery_cut
+    return bytes([16, seed & 255, seed >> 8, (after << 1) | 1, seed2 & 255, seed2 >> 8])
+
+
+def cut_power(after, seed):
+    return bytes([17, after, seed & 255, seed >> 8])
+
+
+IMMEDIATE, NEVER = b"\x00", b"\x01"
+fill = [add(item(IDS[n % 6], str(1 + n // 6 % 3), ttl=2 if n % 2 else None), item(IDS[(n + 1) % 6], "1"))
+        for n in range(12)]
+stateful = {
+    "immediate-basics": IMMEDIATE + add(item("a"), item("b", kind=1, confidence=2)) + get()
+    + resolve("a", ("a", "1"), ("b", "2")) + add(item("a", "2", scope=3)) + resolve(("a", "1"))
+    + delete("b") + get() + REOPEN + resolve("a", "b") + add(item("a", "2", content=0)),
+    "sessions": IMMEDIATE + add(item("a", scope=0), view="s1") + add(item("b", scope=1), view="s1")
+    + add(item("c", scope=1), item("d", scope=3), view="s2") + get("s1") + get("s2") + get("s3")
+    + resolve("a", "c", view="s2") + snapshot("s1") + delete("a") + read_snap(0, "a", "c"),
+    "rotate-expire-compact": IMMEDIATE + b"".join(fill) + advance(6) + snapshot() + COMPACT
+    + resolve("a", "b", "c") + read_snap(0, "a", "b") + crash(7) + COMPACT + resolve("a", "b", "c"),
+    "pins": IMMEDIATE + b"".join(fill[:6]) + pin("p1") + add(item("a", "3", ttl=1)) + pin("p2", view="s1")
+    + advance(6) + COMPACT + open_pinned("p1", "a", ("a", "1")) + REOPEN + open_pinned("p2", "a")
+    + unpin("p1") + COMPACT + pin("p2") + crash(3),
+    "never-flush-crash": NEVER + add(item("a"), item("b")) + FLUSH + add(item("c")) + add(item("a", "2"))
+    + delete("b") + crash(1) + get() + b"".join(fill[:8]) + FLUSH + add(item("f", "3")) + crash(2, (20, 5)),
+    "cut-in-add": IMMEDIATE + add(item("a")) + cut_power(1, 9) + add(item("b"), item("c")) + get()
+    + cut_power(3, 4) + add(item("d")) + resolve("b", "c", "d"),
+    "cut-in-compact": IMMEDIATE + b"".join(fill) + advance(6) + cut_power(12, 2) + COMPACT + resolve("a", "b")
+    + COMPACT,
+    "never-cut-in-compact": NEVER + b"".join(fill) + advance(6) + add(item("a", "3")) + cut_power(9, 6) + COMPACT
+    + get(),
+    "cut-in-reopen": NEVER + b"".join(fill[:5]) + cut_power(4, 11) + REOPEN + get(),
+    "rotate-crash": IMMEDIATE + b"".join(fill[:8]) + crash(1) + b"".join(fill[8:]) + crash(2) + COMPACT + crash(3),
+}
+for name, data in stateful.items():
+    write("stateful", name, data)

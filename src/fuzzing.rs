@@ -10,6 +10,8 @@
 //! a fuzz target can try each input as it is and once more with valid checksums, and reach the code
 //! behind them.
 
+pub mod stateful;
+
 use crate::checkpoint;
 use crate::log::record::{
     decode_batch, decode_record, read_frame, RecordView, FRAME_HEADER_BYTES, RECORD_HEADER_BYTES,

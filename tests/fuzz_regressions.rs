@@ -52,7 +52,7 @@ fn every_target_has_a_test_here() {
         let name = entry.expect("entry").file_name().to_string_lossy().replace(".rs", "");
         assert!(names.contains(&name.as_str()), "fuzz target {name} is not replayed");
     }
-    assert_eq!(names.len(), 6);
+    assert_eq!(names.len(), 7);
 }
 
 #[test]
@@ -83,6 +83,38 @@ fn time_range() {
 #[test]
 fn recovery() {
     replay("recovery");
+}
+
+#[test]
+fn stateful() {
+    replay("stateful");
+}
+
+/// The stateful target can fail: on a disk whose file syncs, or directory syncs, do nothing, some of
+/// its seeds lose acknowledged operations in a power cut, and the model notices.
+#[test]
+fn the_stateful_target_fails_when_syncs_do_nothing() {
+    for (files, dirs) in [(false, true), (true, false)] {
+        let caught: Vec<String> = inputs("seeds", "stateful")
+            .into_iter()
+            .filter(|path| {
+                let data = std::fs::read(path).expect("reading a fuzz input");
+                std::panic::catch_unwind(|| {
+                    let disk = ctxlog::storage::SimDisk::new();
+                    disk.set_sync_files(files);
+                    disk.set_sync_dirs(dirs);
+                    ctxlog::fuzzing::stateful::run_on(&data, disk);
+                })
+                .is_err()
+            })
+            .map(|path| path.display().to_string())
+            .collect();
+        println!("file syncs {files}, directory syncs {dirs}: caught by {caught:?}");
+        assert!(
+            !caught.is_empty(),
+            "with file syncs {files} and directory syncs {dirs}, no stateful seed failed"
+        );
+    }
 }
 
 /// The binary seeds are real, accepted files: the fuzzer starts from the code behind every CRC.

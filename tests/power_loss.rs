@@ -1,14 +1,15 @@
-//! Simulated power loss: random workloads (batches under `Durability::Immediate`, deletes,
-//! compactions, pins, unpins, reopens) run on a `SimDisk` whose power is cut after a random number of
+//! Simulated power loss: random workloads (batches under `Durability::Immediate`, `Never` or
+//! `Periodic`, deletes, compactions, pins, unpins, flushes, reopens) run on a `SimDisk` whose power is cut after a random number of
 //! storage calls (between two operations, or in the middle of one: an append, a sync, a segment
 //! rotation, a compaction's rename, a checkpoint, a recovery). The disk then comes back as the seed
 //! decides (durable state plus a subset of the unsynced writes, one possibly torn, and a prefix of the
 //! unsynced directory changes), the store is reopened on it, and the test proves:
 //!
-//! - every operation acknowledged (`Ok`) before the cut is there: each item identical, each delete
-//!   and pin in effect;
+//! - every operation acknowledged (`Ok`) before the cut is there (under `Never` and `Periodic`, every
+//!   one before the last `flush` or clean reopen): each item identical, each delete and pin in effect;
 //! - the state is a prefix of what was written: exactly the acknowledged operations, plus at most the
-//!   one that was in flight at the cut, whole or not at all (no batch half visible);
+//!   one that was in flight at the cut, whole or not at all (no batch half visible); under `Never`
+//!   and `Periodic`, operations after the last durable point may be lost, but only as a suffix;
 //! - the files form one valid set: opening works, `verify()` finds nothing, no `.tmp` is left, and
 //!   each pin's snapshot still shows what it showed when it was taken.
 //!
@@ -22,6 +23,7 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use ctxlog::storage::SimDisk;
 use ctxlog::*;
@@ -33,6 +35,11 @@ const DEFAULT_CASES: u32 = 10_000;
 /// Cases a meta-test may run before the broken disk must have been caught.
 const META_CASES: u32 = 400;
 const DIR: &str = "/sim/store";
+/// The period of `Periodic` cases: short enough that the writer's timer syncs several times in most
+/// workloads (an operation takes tens of microseconds, a case a few milliseconds), so that cuts fall
+/// before, inside and after those syncs. When they happen is not observable, so the property holds
+/// `Periodic` to what it holds `Never` to: everything up to the last `flush` (or clean reopen).
+const PERIOD: Duration = Duration::from_millis(1);
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -70,7 +77,8 @@ struct Case {
     /// If set, the power is cut again while the store recovers (and closes) on the crashed disk:
     /// where the second cut falls, and what survives it.
     recovery_cut: Option<(f64, u64)>,
-    /// `Immediate` (every `add` durable when it returns) or `Never` (durable at `flush`).
+    /// `Immediate` (every `add` durable when it returns), `Never` (durable at `flush`) or
+    /// `Periodic(PERIOD)` (durable at `flush`, and at timer syncs the model does not see).
     durability: Durability,
 }
 
@@ -80,7 +88,11 @@ fn case() -> impl Strategy<Value = Case> {
         0.0f64..=1.0,
         any::<u64>(),
         prop::option::of((0.0f64..=1.0, any::<u64>())),
-        prop_oneof![3 => Just(Durability::Immediate), 1 => Just(Durability::Never)],
+        prop_oneof![
+            3 => Just(Durability::Immediate),
+            1 => Just(Durability::Never),
+            1 => Just(Durability::Periodic(PERIOD)),
+        ],
     )
         .prop_map(|(ops, cut, seed, recovery_cut, durability)| Case {
             ops,
@@ -127,7 +139,7 @@ struct Outcome {
     /// may be that of an operation in flight at the cut (it returned an error).
     states: Vec<Model>,
     /// The first of `states` that recovery may give back: the state of the last acknowledged
-    /// operation under `Immediate`, of the last `flush` (or clean reopen) under `Never`.
+    /// operation under `Immediate`, of the last `flush` (or clean reopen) under `Never` and `Periodic`.
     durable: usize,
     /// What the store was doing when the power went off.
     cut_in: &'static str,
@@ -309,8 +321,8 @@ fn check_cut_after(case: &Case, syncs: Syncs, cut_after: u64, total: u64) -> std
     let disk = SimDisk::new();
     disk.set_sync_files(syncs.files);
     disk.set_sync_dirs(syncs.dirs);
-    // Unsynced writes may reach the disk in any order: under `Never` a lost frame may be followed by
-    // one that survived (see tests/unsynced_order.rs).
+    // Unsynced writes may reach the disk in any order: under `Never` and `Periodic` a lost frame may
+    // be followed by one that survived (see tests/unsynced_order.rs).
     disk.set_reorder_unsynced(true);
     disk.cut_power_after(cut_after);
     let outcome = run(&disk, &case.ops, case.durability)?;
@@ -339,6 +351,11 @@ fn check_cut_after(case: &Case, syncs: Syncs, cut_after: u64, total: u64) -> std
         .map_err(|e| format!("reopening after the crash (cut after call {cut_after} of {total}): {e}"))?;
     let seen = observe(&store)?;
     if syncs.files && syncs.dirs {
+        count(match case.durability {
+            Durability::Immediate => "durability: Immediate",
+            Durability::Never => "durability: Never",
+            _ => "durability: Periodic",
+        });
         count(match outcome.cut_in {
             "open" => "cut in: open",
             "add" => "cut in: add",
@@ -519,6 +536,42 @@ fn the_suite_fails_without_directory_syncs() {
         caught.is_some(),
         "with the directory sync off, {META_CASES} cases found no loss"
     );
+}
+
+/// The `Periodic` cases are not `Never` cases under another name: with neither a flush nor a close, a
+/// batch becomes durable on its own once the writer's timer has fired, while under `Never` it stays
+/// unsynced.
+#[test]
+fn periodic_syncs_on_its_timer_and_never_does_not() {
+    let durable_now = |disk: &SimDisk| -> bool {
+        let durable = disk.copy().crash_losing_unsynced();
+        let store = open(&durable, Durability::Never).expect("opening what is durable");
+        let found = store.resolve(["doc-1"]).expect("resolve");
+        matches!(found.first(), Some(Resolution::Found(_)))
+    };
+    for durability in [Durability::Periodic(PERIOD), Durability::Never] {
+        let disk = SimDisk::new();
+        let store = open(&disk, durability).expect("open");
+        store
+            .add([common::item("doc-1", common::NOW, "1", json!({ "text": "timer" }))])
+            .expect("add");
+        let started = std::time::Instant::now();
+        let mut synced = durable_now(&disk);
+        while !synced && started.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(PERIOD * 5);
+            synced = durable_now(&disk);
+            if durability == Durability::Never && started.elapsed() > PERIOD * 50 {
+                break;
+            }
+        }
+        assert_eq!(
+            synced,
+            durability != Durability::Never,
+            "{durability:?}: durable without a flush after {:?}",
+            started.elapsed()
+        );
+        drop(store);
+    }
 }
 
 /// Found by this suite. Under `Durability::Never`, compaction retired a version because a later,
