@@ -1232,7 +1232,11 @@ mod tests {
 
     #[test]
     fn hashes_format_as_lowercase_hex_and_as_json() {
-        for h in [[0u8; 32], [0xffu8; 32], core::array::from_fn(|i| u8::try_from(i * 37 % 256).unwrap_or(0))] {
+        for h in [
+            [0u8; 32],
+            [0xffu8; 32],
+            core::array::from_fn(|i| u8::try_from(i * 37 % 256).unwrap_or(0)),
+        ] {
             let naive: String = h.iter().map(|b| format!("{b:02x}")).collect();
             assert_eq!(format_hash(&h), format!("sha256:{naive}"));
             let mut json = Vec::new();
@@ -1244,7 +1248,13 @@ mod tests {
     #[test]
     fn passing_names_and_failing_names_are_told_apart_as_before() {
         // The fast path must accept exactly what the checks with messages accept.
-        for (value, ok) in [("a", true), ("A-z_0.9:x", true), ("", false), ("a b", false), ("é", false)] {
+        for (value, ok) in [
+            ("a", true),
+            ("A-z_0.9:x", true),
+            ("", false),
+            ("a b", false),
+            ("é", false),
+        ] {
             assert_eq!(validate_name("id", value).is_ok(), ok, "{value:?}");
         }
         assert!(validate_name("id", &"x".repeat(129)).is_err());

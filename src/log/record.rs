@@ -929,7 +929,11 @@ mod tests {
     #[test]
     fn raw_json_is_what_serde_json_writes_for_the_item() {
         let long = format!("{{\"text\":\"{}\"}}", "words é 中 \\\" again ".repeat(20));
-        let scopes = [Scope::Session("s\"1".into()), Scope::GlobalReadonly, Scope::GlobalWritable];
+        let scopes = [
+            Scope::Session("s\"1".into()),
+            Scope::GlobalReadonly,
+            Scope::GlobalWritable,
+        ];
         for (n, scope) in scopes.iter().enumerate() {
             for content in [&br#"[1,-0.0,1e-7,"\u0001"]"#[..], long.as_bytes()] {
                 let hash = [u8::try_from(n).unwrap(); 32];
@@ -971,7 +975,11 @@ mod tests {
             [&u32::MAX.to_le_bytes()[..], &block].concat(),
             [&u32::try_from(content.len() - 1).unwrap().to_le_bytes()[..], &block].concat(),
             [&u32::try_from(content.len() + 1).unwrap().to_le_bytes()[..], &block].concat(),
-            [&u32::try_from(content.len()).unwrap().to_le_bytes()[..], &block[..block.len() / 2]].concat(),
+            [
+                &u32::try_from(content.len()).unwrap().to_le_bytes()[..],
+                &block[..block.len() / 2],
+            ]
+            .concat(),
             vec![1, 2],
         ] {
             let put = sample_put(&scope, &hash);
