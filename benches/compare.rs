@@ -642,6 +642,39 @@ fn dir_bytes(dir: &Path) -> (u64, u64) {
     total
 }
 
+/// CPU seconds the calling thread has used, user and system (`CLOCK_THREAD_CPUTIME_ID`). The read phases
+/// run on the calling thread of every engine, so on a shared machine this is the time they actually ran,
+/// whatever else was scheduled beside them.
+fn thread_cpu_secs() -> f64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime only writes the timespec it is given.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+        return f64::NAN;
+    }
+    #[allow(clippy::cast_precision_loss)]
+    let secs = ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9;
+    secs
+}
+
+/// Wall-clock and on-CPU time of one phase.
+struct Timer {
+    wall: Instant,
+    cpu: f64,
+}
+
+impl Timer {
+    fn start() -> Self {
+        Timer {
+            wall: Instant::now(),
+            cpu: thread_cpu_secs(),
+        }
+    }
+    /// (wall seconds, CPU seconds) since the start.
+    fn stop(&self) -> (f64, f64) {
+        (self.wall.elapsed().as_secs_f64(), thread_cpu_secs() - self.cpu)
+    }
+}
+
 fn percentile_ms(sorted: &[f64], p: f64) -> f64 {
     #[allow(
         clippy::cast_possible_truncation,
@@ -793,19 +826,20 @@ fn worker(engine: &str, run: u64, n: u64, dir: &Path, phases: &[String]) -> Res<
         let ids: Vec<String> = (0..sizes.p3_ops)
             .map(|i| format!("item-{:08}", mix(i ^ 0xabcd) % n))
             .collect();
-        let started = Instant::now();
+        let timer = Timer::start();
         let mut found = 0u64;
         for id in &ids {
             if db.resolve(id)?.is_some() {
                 found += 1;
             }
         }
-        let secs = started.elapsed().as_secs_f64();
+        let (secs, cpu) = timer.stop();
         if found != sizes.p3_ops {
             return Err(format!("P3: {found} of {} ids found", sizes.p3_ops).into());
         }
         out.insert("p3_ops_s".into(), json!(to_f64(sizes.p3_ops) / secs));
-        let started = Instant::now();
+        out.insert("p3_cpu_ops_s".into(), json!(to_f64(sizes.p3_ops) / cpu));
+        let timer = Timer::start();
         let (mut found, mut bytes) = (0u64, 0usize);
         for id in &ids {
             if let Some(len) = db.resolve_raw(id)? {
@@ -813,11 +847,12 @@ fn worker(engine: &str, run: u64, n: u64, dir: &Path, phases: &[String]) -> Res<
                 bytes += len;
             }
         }
-        let raw_secs = started.elapsed().as_secs_f64();
+        let (raw_secs, raw_cpu) = timer.stop();
         if found != sizes.p3_ops {
             return Err(format!("P3 raw: {found} of {} ids found", sizes.p3_ops).into());
         }
         out.insert("p3_raw_ops_s".into(), json!(to_f64(sizes.p3_ops) / raw_secs));
+        out.insert("p3_raw_cpu_ops_s".into(), json!(to_f64(sizes.p3_ops) / raw_cpu));
         out.insert("p3_raw_bytes".into(), json!(bytes));
         eprintln!(
             "[{engine} run {run}] P3 {:.0} resolves/s parsed, {:.0} raw",
@@ -829,14 +864,15 @@ fn worker(engine: &str, run: u64, n: u64, dir: &Path, phases: &[String]) -> Res<
     // P4: typed time-window queries, parsed, then the same queries raw.
     if has("p4") {
         let mut secs = [0.0; 2];
+        let mut cpu = [0.0; 2];
         let mut items = [0; 2];
         for (pass, raw) in [false, true].into_iter().enumerate() {
-            let started = Instant::now();
+            let timer = Timer::start();
             for q in 0..sizes.p4_queries {
                 let (kind, start, end) = p4_query(q, n);
                 items[pass] += db.query(kind, start, end, raw)?;
             }
-            secs[pass] = started.elapsed().as_secs_f64();
+            (secs[pass], cpu[pass]) = timer.stop();
         }
         if items[0] != items[1] {
             return Err(format!("P4: {} items parsed, {} raw", items[0], items[1]).into());
@@ -845,6 +881,8 @@ fn worker(engine: &str, run: u64, n: u64, dir: &Path, phases: &[String]) -> Res<
         out.insert("p4_queries".into(), json!(sizes.p4_queries));
         out.insert("p4_items_s".into(), json!(to_f64(items[0] as u64) / secs[0]));
         out.insert("p4_raw_items_s".into(), json!(to_f64(items[1] as u64) / secs[1]));
+        out.insert("p4_cpu_items_s".into(), json!(to_f64(items[0] as u64) / cpu[0]));
+        out.insert("p4_raw_cpu_items_s".into(), json!(to_f64(items[1] as u64) / cpu[1]));
         eprintln!(
             "[{engine} run {run}] P4 {:.0} items/s parsed, {:.0} raw ({} items)",
             to_f64(items[0] as u64) / secs[0],
@@ -1074,7 +1112,7 @@ struct Row {
     decimals: usize,
 }
 
-const ROWS: [Row; 23] = [
+const ROWS: [Row; 27] = [
     row("p1", "P1 bulk load, items/s", "p1_items_s", true, 1.0, 0),
     row("p1", "P1 bulk load, MB/s of JSON", "p1_mb_s", true, 1.0, 1),
     row("p2", "P2 1 thread, durable adds/s", "p2_ops_s", true, 1.0, 0),
@@ -1085,6 +1123,15 @@ const ROWS: [Row; 23] = [
     row("p2", "P2 8 threads, p99 ms", "p2_8t_p99_ms", false, 1.0, 2),
     row("p3", "P3 resolves/s, parsed", "p3_ops_s", true, 1.0, 0),
     row("p3", "P3 resolves/s, raw JSON", "p3_raw_ops_s", true, 1.0, 0),
+    row("p3", "P3 resolves per CPU-second, parsed", "p3_cpu_ops_s", true, 1.0, 0),
+    row(
+        "p3",
+        "P3 resolves per CPU-second, raw",
+        "p3_raw_cpu_ops_s",
+        true,
+        1.0,
+        0,
+    ),
     row(
         "p4",
         "P4 typed window query, items/s, parsed",
@@ -1101,6 +1148,8 @@ const ROWS: [Row; 23] = [
         1.0,
         0,
     ),
+    row("p4", "P4 items per CPU-second, parsed", "p4_cpu_items_s", true, 1.0, 0),
+    row("p4", "P4 items per CPU-second, raw", "p4_raw_cpu_items_s", true, 1.0, 0),
     row("p5", "P5 close, ms", "p5_close_s", false, 1e3, 1),
     row("p5", "P5 reopen to first resolve, ms", "p5_reopen_s", false, 1e3, 1),
     row("p6", "P6 bytes on disk (allocated), MB", "p6_bytes", false, 1e-6, 1),
@@ -1223,6 +1272,8 @@ fn table(args: &Args, results: &[Value], disks: &[Value]) -> String {
     for (label, raw_field, parsed_field) in [
         ("P3 resolves/s", "p3_raw_ops_s", "p3_ops_s"),
         ("P4 items/s", "p4_raw_items_s", "p4_items_s"),
+        ("P3 resolves per CPU-second", "p3_raw_cpu_ops_s", "p3_cpu_ops_s"),
+        ("P4 items per CPU-second", "p4_raw_cpu_items_s", "p4_cpu_items_s"),
     ] {
         let best = others
             .iter()
