@@ -249,10 +249,20 @@ impl From<ReadFailure> for Error {
 /// Reads the item stored for `version`, checking the record's CRC, that it is the version the index
 /// says it is, and the content's SHA-256.
 pub(crate) fn read_item(index: &Index, version: &VersionEntry) -> Result<ContextItem, ReadFailure> {
+    read_item_in(index, version, &mut Vec::new())
+}
+
+/// [`read_item`], decompressing compressed content into `scratch`: a caller reading many items
+/// reuses one buffer instead of allocating one per item.
+pub(crate) fn read_item_in(
+    index: &Index,
+    version: &VersionEntry,
+    scratch: &mut Vec<u8>,
+) -> Result<ContextItem, ReadFailure> {
     with_record(index, version, |put| {
-        let content = put.content()?;
-        check_content(put, &content)?;
-        put.to_item_from(&content)
+        let content = put.content_in(scratch)?;
+        check_content(put, content)?;
+        put.to_item_from(content)
     })
 }
 
@@ -615,8 +625,9 @@ impl Snapshot {
     /// # Errors
     /// As [`Snapshot::get`].
     pub fn get_with_stats(&self, query: &ContextQuery) -> Result<(Vec<ContextItem>, QueryStats)> {
+        let scratch = std::cell::RefCell::new(Vec::new());
         self.run_query(query, &|index, version| {
-            let item = read_item(index, version)?;
+            let item = read_item_in(index, version, &mut scratch.borrow_mut())?;
             let keep = query::confidence_passes(query, item.confidence) && query::content_passes(query, &item.content);
             Ok(keep.then_some(item))
         })
@@ -671,7 +682,9 @@ impl Snapshot {
         I: IntoIterator<Item = R>,
         R: AsRef<str>,
     {
-        self.resolve_each(refs, &read_item, Answer::into_resolution)
+        let scratch = std::cell::RefCell::new(Vec::new());
+        let read = |index: &Index, version: &VersionEntry| read_item_in(index, version, &mut scratch.borrow_mut());
+        self.resolve_each(refs, &read, Answer::into_resolution)
     }
 
     /// Resolves each reference as [`Snapshot::resolve`] does, with the same answer for each, but

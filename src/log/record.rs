@@ -206,6 +206,17 @@ impl<'a> PutView<'a> {
         Err(failure)
     }
 
+    /// The canonical JSON of the content: the stored bytes, or, when they are compressed, `scratch`
+    /// holding them decompressed (its earlier contents are dropped).
+    pub(crate) fn content_in<'s>(&'s self, scratch: &'s mut Vec<u8>) -> Result<&'s [u8], DecodeError> {
+        if !self.compressed {
+            return Ok(self.content);
+        }
+        scratch.clear();
+        self.append_content(scratch)?;
+        Ok(scratch)
+    }
+
     /// The canonical JSON of the content, decompressed if it is stored compressed.
     pub(crate) fn content(&self) -> Result<std::borrow::Cow<'a, [u8]>, DecodeError> {
         if !self.compressed {
@@ -960,6 +971,8 @@ mod tests {
                 assert_eq!(raw_json(view), serde_json::to_vec(&item).unwrap(), "scope {n}");
                 assert!(raw_json(view).len() <= view.json_envelope_len() + view.content_len() + 16);
                 assert_eq!(view.content_len(), content.len());
+                let mut scratch = b"stale".to_vec();
+                assert_eq!(view.content_in(&mut scratch).unwrap(), content);
             }
         }
     }
