@@ -700,6 +700,26 @@ impl Store {
     /// Resolves references as [`Store::resolve`] does, returning items as their JSON, read without
     /// parsing their content. See [`Snapshot::resolve_raw`].
     ///
+    /// ```
+    /// use ctxlog::{ContextItem, RawResolution, Resolution, Scope, Store};
+    /// use serde_json::json;
+    ///
+    /// # fn main() -> ctxlog::Result<()> {
+    /// let dir = tempfile::tempdir().expect("temp dir");
+    /// let store = Store::open(dir.path())?;
+    /// store.add([ContextItem::new(
+    ///     "ch3", "document_chunk", json!({"text": "Clause 3: ..."}), "contracts",
+    ///     1_715_300_000, "1", Scope::GlobalReadonly,
+    /// )])?;
+    /// let RawResolution::Found(raw) = &store.resolve_raw(["ch3"])?[0] else { panic!("ch3 is stored") };
+    /// let Resolution::Found(item) = &store.resolve(["ch3"])?[0] else { panic!("ch3 is stored") };
+    /// // The bytes serde_json writes for the parsed item, ready to send on.
+    /// assert_eq!(raw.as_bytes(), serde_json::to_vec(item).expect("JSON"));
+    /// assert!(raw.as_str().starts_with(r#"{"id":"ch3","type":"document_chunk","content":{"text":"#));
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
     /// # Errors
     /// As [`Snapshot::resolve`].
     pub fn resolve_raw<I, R>(&self, refs: I) -> Result<Vec<RawResolution>>
