@@ -70,18 +70,36 @@ fn read_path(c: &mut Criterion) {
             black_box(store.resolve([id.as_str()]).expect("resolve"))
         });
     });
+    // The same random ids, answered as the item's JSON without parsing its content.
+    let mut i = 0u64;
+    c.bench_function("resolve_one_raw", |b| {
+        b.iter(|| {
+            i += 1;
+            let id = format!("item-{:08}", mix(i) % LOADED);
+            black_box(store.resolve_raw([id.as_str()]).expect("resolve_raw"))
+        });
+    });
     let mut group = c.benchmark_group("query");
     // ~100 document_chunk items (40% of a 250-second window).
     group.throughput(Throughput::Elements(100));
+    let window = |q: u64| {
+        let start = BASE_TS + i64::try_from(mix(q) % (LOADED - 250)).expect("fits");
+        ContextQuery::new()
+            .types(["document_chunk"])
+            .time_range(TimeRange::new(start, start + 249).expect("range"))
+    };
     let mut q = 0u64;
     group.bench_function("type_and_window_100_items", |b| {
         b.iter(|| {
             q += 1;
-            let start = BASE_TS + i64::try_from(mix(q) % (LOADED - 250)).expect("fits");
-            let query = ContextQuery::new()
-                .types(["document_chunk"])
-                .time_range(TimeRange::new(start, start + 249).expect("range"));
-            black_box(store.get(&query).expect("get"))
+            black_box(store.get(&window(q)).expect("get"))
+        });
+    });
+    let mut q = 0u64;
+    group.bench_function("type_and_window_100_items_raw", |b| {
+        b.iter(|| {
+            q += 1;
+            black_box(store.get_raw(&window(q)).expect("get_raw"))
         });
     });
     group.finish();
@@ -102,5 +120,35 @@ fn json_paths(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, write_path, read_path, json_paths);
+fn read_checks(c: &mut Criterion) {
+    // What each check of the read path costs on one W1 item: the record CRC (crc32fast, over the
+    // stored body: the LZ4 block plus ~100 bytes of fields), the SHA-256 of the canonical content,
+    // LZ4 decompression, UTF-8 validation of the item's JSON, and parsing the content into a Value.
+    let it = item(7);
+    let canonical = canonical_json(&it.content);
+    let block = lz4_flex::block::compress(&canonical);
+    let mut body = vec![0x5au8; 100];
+    body.extend_from_slice(&block);
+    let json = it.to_json();
+    let mut group = c.benchmark_group("read_checks");
+    group.bench_function("crc32_record_body", |b| {
+        b.iter(|| black_box(crc32fast::hash(black_box(&body))))
+    });
+    group.bench_function("sha256_content", |b| {
+        b.iter(|| black_box(<sha2::Sha256 as sha2::Digest>::digest(black_box(&canonical))))
+    });
+    group.bench_function("lz4_decompress_content", |b| {
+        let mut out = vec![0u8; canonical.len()];
+        b.iter(|| black_box(lz4_flex::block::decompress_into(black_box(&block), &mut out).expect("lz4")))
+    });
+    group.bench_function("utf8_check_item_json", |b| {
+        b.iter(|| black_box(std::str::from_utf8(black_box(json.as_bytes())).is_ok()))
+    });
+    group.bench_function("parse_content_value", |b| {
+        b.iter(|| black_box(serde_json::from_slice::<serde_json::Value>(black_box(&canonical)).expect("json")))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, write_path, read_path, json_paths, read_checks);
 criterion_main!(benches);

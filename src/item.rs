@@ -429,7 +429,7 @@ pub fn canonical_json(value: &Value) -> Vec<u8> {
 }
 
 /// Writes a string or a number as `serde_json` writes it.
-fn write_scalar<T: Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
+pub(crate) fn write_scalar<T: Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
     // Writing a string or a number into a Vec cannot fail; nothing to handle.
     let _ = serde_json::to_writer(&mut *out, value);
 }
@@ -439,17 +439,40 @@ pub(crate) fn content_hash(canonical: &[u8]) -> [u8; 32] {
     Sha256::digest(canonical).into()
 }
 
+/// The lowercase hex digit of a nibble (a value below 16).
+fn hex_digit(nibble: u8) -> u8 {
+    if nibble < 10 {
+        b'0' + nibble
+    } else {
+        b'a' - 10 + nibble
+    }
+}
+
+/// The 64 lowercase hex digits of a hash.
+fn hex_digits(hash: &[u8; 32]) -> [u8; 64] {
+    let mut out = [0u8; 64];
+    for (pair, byte) in out.chunks_exact_mut(2).zip(hash) {
+        pair.copy_from_slice(&[hex_digit(byte >> 4), hex_digit(byte & 0x0f)]);
+    }
+    out
+}
+
 /// A hash as written in items: `"sha256:"` + 64 lowercase hex digits.
 pub(crate) fn format_hash(hash: &[u8; 32]) -> String {
     let mut text = String::with_capacity(HASH_PREFIX.len() + 64);
     text.push_str(HASH_PREFIX);
-    for byte in hash {
-        for nibble in [byte >> 4, byte & 0x0f] {
-            // A nibble is below 16, so `from_digit` always gives a lowercase hex digit.
-            text.push(char::from_digit(u32::from(nibble), 16).unwrap_or('0'));
-        }
-    }
+    // Hex digits are ASCII: the conversion cannot fail, and the fallback is never taken.
+    text.push_str(std::str::from_utf8(&hex_digits(hash)).unwrap_or_default());
     text
+}
+
+/// Appends a hash as a JSON string, `"sha256:<64 hex>"`, exactly as `serde_json` writes
+/// [`format_hash`]'s text (nothing in it needs escaping).
+pub(crate) fn write_hash_json(out: &mut Vec<u8>, hash: &[u8; 32]) {
+    out.push(b'"');
+    out.extend_from_slice(HASH_PREFIX.as_bytes());
+    out.extend_from_slice(&hex_digits(hash));
+    out.push(b'"');
 }
 
 /// Reads a hash written as `"sha256:"` + exactly 64 lowercase hex digits.
@@ -526,6 +549,10 @@ fn describe_char(c: char) -> String {
 
 /// Checks a string made of 1..=`max` bytes of ASCII characters accepted by `allowed`.
 fn check_chars(field: &str, value: &str, max: usize, charset: &str, allowed: fn(u8) -> bool) -> Result<()> {
+    // The common case, checked without building any message: ids are checked on every resolve.
+    if !value.is_empty() && value.len() <= max && value.bytes().all(allowed) {
+        return Ok(());
+    }
     let rule = format!("must be 1..={max} bytes of {charset}");
     if value.is_empty() {
         return Err(Error::invalid(field, format!("{rule}; found an empty string")));
@@ -570,6 +597,9 @@ pub(crate) fn validate_version(value: &str) -> Result<()> {
 
 /// Checks a source: 1..=256 bytes of UTF-8 without control characters.
 fn validate_source(value: &str) -> Result<()> {
+    if !value.is_empty() && value.len() <= limits::SOURCE_BYTES_MAX && !value.chars().any(char::is_control) {
+        return Ok(());
+    }
     let rule = format!(
         "must be 1..={} bytes of UTF-8 without control characters",
         limits::SOURCE_BYTES_MAX
@@ -1198,6 +1228,41 @@ mod tests {
             format_hash(&content_hash(b"")),
             "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
         );
+    }
+
+    #[test]
+    fn hashes_format_as_lowercase_hex_and_as_json() {
+        for h in [
+            [0u8; 32],
+            [0xffu8; 32],
+            core::array::from_fn(|i| u8::try_from(i * 37 % 256).unwrap_or(0)),
+        ] {
+            let naive: String = h.iter().map(|b| format!("{b:02x}")).collect();
+            assert_eq!(format_hash(&h), format!("sha256:{naive}"));
+            let mut json = Vec::new();
+            write_hash_json(&mut json, &h);
+            assert_eq!(json, serde_json::to_vec(&format_hash(&h)).unwrap());
+        }
+    }
+
+    #[test]
+    fn passing_names_and_failing_names_are_told_apart_as_before() {
+        // The fast path must accept exactly what the checks with messages accept.
+        for (value, ok) in [
+            ("a", true),
+            ("A-z_0.9:x", true),
+            ("", false),
+            ("a b", false),
+            ("é", false),
+        ] {
+            assert_eq!(validate_name("id", value).is_ok(), ok, "{value:?}");
+        }
+        assert!(validate_name("id", &"x".repeat(129)).is_err());
+        assert!(validate_version("1:2").is_err());
+        assert!(validate_version("1.2-b_3").is_ok());
+        assert!(validate_source("中文 \"quoted\"").is_ok());
+        assert!(validate_source("tab\there").is_err());
+        assert!(validate_source(&"s".repeat(257)).is_err());
     }
 
     #[test]

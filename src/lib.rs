@@ -54,6 +54,6 @@ pub use crate::error::{Error, Result};
 pub use crate::item::{canonical_json, ContextItem, Scope, TypeSpec};
 pub use crate::query::{ContextQuery, IndexUsed, QueryStats};
 pub use crate::recovery::RecoveryStats;
-pub use crate::snapshot::{Receipt, ReceiptAnswer, Resolution, Snapshot, SnapshotInfo};
+pub use crate::snapshot::{RawItem, RawResolution, Receipt, ReceiptAnswer, Resolution, Snapshot, SnapshotInfo};
 pub use crate::store::{AddOutcome, Durability, Options, Problem, SessionView, Stats, Store, VerifyReport};
 pub use crate::time::{format_rfc3339, TimeRange};

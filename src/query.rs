@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use crate::error::{Error, Result};
 use crate::index::{Index, KeySet, Keys, VersionEntry};
-use crate::item::{ContextItem, Scope};
+use crate::item::Scope;
 use crate::time::TimeRange;
 
 /// What to read: every filter is optional and they all must hold. Built with chained setters.
@@ -219,13 +219,36 @@ fn range_of<'a>(index: &'a Index, set: &'a KeySet, range: Option<TimeRange>, rev
     set.range(&index.slots, start, end, reverse)
 }
 
-/// Runs `query` against `index` as a view with `bounds` sees it. `fetch` reads a version's item.
-pub(crate) fn run(
+/// Whether an item with `confidence` passes the query's `min_confidence` (items without one pass).
+pub(crate) fn confidence_passes(query: &ContextQuery, confidence: Option<f64>) -> bool {
+    match (query.min_confidence, confidence) {
+        (Some(min), Some(confidence)) => confidence.partial_cmp(&min) != Some(Ordering::Less),
+        _ => true,
+    }
+}
+
+/// Whether the query has filters on content (`content_eq`).
+pub(crate) fn filters_content(query: &ContextQuery) -> bool {
+    !query.content_eq.is_empty()
+}
+
+/// Whether `content` passes every `content_eq` filter of the query.
+pub(crate) fn content_passes(query: &ContextQuery, content: &Value) -> bool {
+    query
+        .content_eq
+        .iter()
+        .all(|(path, value)| lookup(content, path) == Some(value))
+}
+
+/// Runs `query` against `index` as a view with `bounds` sees it. `fetch` reads a version's item and
+/// applies the filters on what only the record holds (`min_confidence`, `content_eq`: see
+/// [`confidence_passes`], [`content_passes`]); `None` leaves the item out.
+pub(crate) fn run<T>(
     index: &Index,
     query: &ContextQuery,
     bounds: &ViewBounds<'_>,
-    fetch: &dyn Fn(&VersionEntry) -> Result<ContextItem>,
-) -> Result<(Vec<ContextItem>, QueryStats)> {
+    fetch: &dyn Fn(&VersionEntry) -> Result<Option<T>>,
+) -> Result<(Vec<T>, QueryStats)> {
     check_query(index, query)?;
     let empty = |index_used| {
         Ok((
@@ -363,14 +386,14 @@ pub(crate) fn run(
     ))
 }
 
-/// Orders one timestamp's candidates by id, reads them, applies the content filters, and appends
-/// them to `out` up to `limit`.
-fn emit(
+/// Orders one timestamp's candidates by id, reads them (`fetch` applies the content filters), and
+/// appends them to `out` up to `limit`.
+fn emit<T>(
     index: &Index,
     query: &ContextQuery,
     group: &mut Vec<&VersionEntry>,
-    fetch: &dyn Fn(&VersionEntry) -> Result<ContextItem>,
-    out: &mut Vec<ContextItem>,
+    fetch: &dyn Fn(&VersionEntry) -> Result<Option<T>>,
+    out: &mut Vec<T>,
     limit: usize,
 ) -> Result<()> {
     group.sort_unstable_by(|a, b| {
@@ -385,20 +408,9 @@ fn emit(
         if out.len() >= limit {
             break;
         }
-        let item = fetch(version)?;
-        if let (Some(min), Some(confidence)) = (query.min_confidence, item.confidence) {
-            if confidence.partial_cmp(&min) == Some(Ordering::Less) {
-                continue;
-            }
+        if let Some(item) = fetch(version)? {
+            out.push(item);
         }
-        if !query
-            .content_eq
-            .iter()
-            .all(|(path, value)| lookup(&item.content, path) == Some(value))
-        {
-            continue;
-        }
-        out.push(item);
     }
     Ok(())
 }

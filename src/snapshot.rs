@@ -9,7 +9,7 @@ use sha2::Digest;
 use crate::error::{Error, Result};
 use crate::index::{record_crc_at, version_tag, Index, VersionEntry, NEVER_EXPIRES};
 use crate::item::{canonical_json, content_hash, format_hash, validate_name, validate_version, ContextItem, Scope};
-use crate::log::record::{decode_record, PutView, RecordView, ScopeView};
+use crate::log::record::{decode_record, DecodeError, PutView, RecordView, ScopeView};
 use crate::log::writer::Op;
 use crate::query::{self, scope_visible, ContextQuery, QueryStats, ViewBounds};
 use crate::store::Shared;
@@ -47,6 +47,187 @@ pub enum Resolution {
         /// The id whose record is damaged.
         id: String,
     },
+}
+
+/// An item as its JSON shape (see [`ContextItem`]), read without parsing its content: what a server
+/// that forwards JSON unchanged sends on.
+///
+/// The bytes are exactly those `serde_json::to_vec(&item)` gives for the [`ContextItem`] the parsed
+/// read ([`Snapshot::resolve`], [`Snapshot::get`]) returns: the store writes the envelope field by
+/// field and splices in the content's stored canonical JSON, which it checked against the record's
+/// CRC and the content's SHA-256 as the parsed read does. [`RawItem::to_item`] parses it.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct RawItem {
+    json: String,
+}
+
+impl RawItem {
+    /// The JSON, as bytes.
+    #[must_use]
+    pub fn as_bytes(&self) -> &[u8] {
+        self.json.as_bytes()
+    }
+
+    /// The JSON, as text.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        &self.json
+    }
+
+    /// The JSON's length in bytes.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.json.len()
+    }
+
+    /// Always false: an item's JSON is never empty. (For symmetry with [`RawItem::len`].)
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.json.is_empty()
+    }
+
+    /// The JSON, as owned bytes.
+    #[must_use]
+    pub fn into_bytes(self) -> Vec<u8> {
+        self.json.into_bytes()
+    }
+
+    /// The JSON, as an owned string.
+    #[must_use]
+    pub fn into_string(self) -> String {
+        self.json
+    }
+
+    /// Parses the JSON into the item (what the parsed read returns).
+    ///
+    /// # Errors
+    /// As [`ContextItem::from_json`]; never for bytes the store returned.
+    pub fn to_item(&self) -> Result<ContextItem> {
+        ContextItem::from_json(&self.json)
+    }
+}
+
+impl std::fmt::Debug for RawItem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("RawItem").field(&self.json).finish()
+    }
+}
+
+impl std::fmt::Display for RawItem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.json)
+    }
+}
+
+impl AsRef<[u8]> for RawItem {
+    fn as_ref(&self) -> &[u8] {
+        self.as_bytes()
+    }
+}
+
+impl AsRef<str> for RawItem {
+    fn as_ref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl From<RawItem> for Vec<u8> {
+    fn from(item: RawItem) -> Vec<u8> {
+        item.into_bytes()
+    }
+}
+
+impl From<RawItem> for String {
+    fn from(item: RawItem) -> String {
+        item.into_string()
+    }
+}
+
+/// The answer for one reference of a `resolve_raw`: a [`Resolution`] whose items are [`RawItem`]s.
+/// Each reference gets the answer `resolve` gives it, variant for variant.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RawResolution {
+    /// The reference names the id's latest version (or just the id): here is its JSON.
+    Found(RawItem),
+    /// No such id, no such version, or an id the reader may not see.
+    NotFound {
+        /// The reference as it was given.
+        reference: String,
+    },
+    /// The id's latest version has expired; `id@version` references of it answer the same.
+    Expired {
+        /// The id.
+        id: String,
+        /// When it expired, UTC seconds.
+        expired_at: i64,
+    },
+    /// `id@version` names an earlier version of a live id; `latest` is the current item's JSON.
+    Superseded {
+        /// The id.
+        id: String,
+        /// The version that was asked for.
+        requested_version: String,
+        /// The id's latest version.
+        latest: RawItem,
+    },
+    /// The stored bytes no longer match their checksum or hash: damage is reported, never returned.
+    HashMismatch {
+        /// The id whose record is damaged.
+        id: String,
+    },
+}
+
+/// What one reference resolves to, whatever form its items take: becomes a [`Resolution`] or a
+/// [`RawResolution`].
+enum Answer<T> {
+    Found(T),
+    NotFound,
+    Expired { expired_at: i64 },
+    Superseded { latest: T },
+    HashMismatch,
+}
+
+impl Answer<ContextItem> {
+    fn into_resolution(self, reference: &str, id: &str, asked: Option<&str>) -> Resolution {
+        match self {
+            Answer::Found(item) => Resolution::Found(item),
+            Answer::NotFound => Resolution::NotFound {
+                reference: reference.to_owned(),
+            },
+            Answer::Expired { expired_at } => Resolution::Expired {
+                id: id.to_owned(),
+                expired_at,
+            },
+            Answer::Superseded { latest } => Resolution::Superseded {
+                id: id.to_owned(),
+                requested_version: asked.unwrap_or_default().to_owned(),
+                latest,
+            },
+            Answer::HashMismatch => Resolution::HashMismatch { id: id.to_owned() },
+        }
+    }
+}
+
+impl Answer<RawItem> {
+    fn into_raw_resolution(self, reference: &str, id: &str, asked: Option<&str>) -> RawResolution {
+        match self {
+            Answer::Found(item) => RawResolution::Found(item),
+            Answer::NotFound => RawResolution::NotFound {
+                reference: reference.to_owned(),
+            },
+            Answer::Expired { expired_at } => RawResolution::Expired {
+                id: id.to_owned(),
+                expired_at,
+            },
+            Answer::Superseded { latest } => RawResolution::Superseded {
+                id: id.to_owned(),
+                requested_version: asked.unwrap_or_default().to_owned(),
+                latest,
+            },
+            Answer::HashMismatch => RawResolution::HashMismatch { id: id.to_owned() },
+        }
+    }
 }
 
 /// Why a stored record could not be returned.
@@ -95,9 +276,78 @@ fn damaged(index: &Index, version: &VersionEntry, reason: String) -> ReadFailure
     })
 }
 
-/// Reads the item stored for `version`, checking the record's CRC, that it is the id (and
-/// timestamp) the index says it is, and the content's SHA-256.
+/// Reads the item stored for `version`, checking the record's CRC, that it is the version the index
+/// says it is, and the content's SHA-256.
 pub(crate) fn read_item(index: &Index, version: &VersionEntry) -> Result<ContextItem, ReadFailure> {
+    read_item_in(index, version, &mut Vec::new())
+}
+
+/// [`read_item`], decompressing compressed content into `scratch`: a caller reading many items
+/// reuses one buffer instead of allocating one per item.
+pub(crate) fn read_item_in(
+    index: &Index,
+    version: &VersionEntry,
+    scratch: &mut Vec<u8>,
+) -> Result<ContextItem, ReadFailure> {
+    with_record(index, version, |put| {
+        let content = put.content_in(scratch)?;
+        check_content(put, content)?;
+        put.to_item_from(content)
+    })
+}
+
+/// Reads the item stored for `version` as its JSON shape, with the checks of [`read_item`] (record
+/// CRC, identity, content SHA-256), without parsing the content: the envelope is written field by
+/// field and the stored canonical content spliced in (decompressed straight into the output when
+/// it is stored compressed). The bytes are exactly `serde_json::to_vec` of [`read_item`]'s item.
+///
+/// `keep` sees the item's confidence and its verified canonical content before the rest is
+/// written (the query's filters); when it says no, `Ok(None)`.
+pub(crate) fn read_item_json(
+    index: &Index,
+    version: &VersionEntry,
+    keep: impl FnOnce(Option<f64>, &[u8]) -> Result<bool, DecodeError>,
+) -> Result<Option<RawItem>, ReadFailure> {
+    with_record(index, version, |put| {
+        let mut out = Vec::with_capacity(put.json_envelope_len() + put.content_len());
+        put.write_json_head(&mut out);
+        let start = out.len();
+        put.append_content(&mut out)?;
+        let content = out.get(start..).unwrap_or_default();
+        check_content(put, content)?;
+        if !keep(put.confidence, content)? {
+            return Ok(None);
+        }
+        put.write_json_tail(&mut out);
+        let json = String::from_utf8(out).map_err(|_| DecodeError("stored content is not UTF-8".into()))?;
+        Ok(Some(RawItem { json }))
+    })
+}
+
+/// [`read_item_json`] keeping every item: the JSON of [`read_item`]'s item.
+fn read_raw_item(index: &Index, version: &VersionEntry) -> Result<RawItem, ReadFailure> {
+    // A `keep` that always says yes always gets an item; the error is never built.
+    read_item_json(index, version, |_, _| Ok(true))?
+        .ok_or_else(|| ReadFailure::Io(Error::invalid("item", "a raw read that keeps every item kept none")))
+}
+
+/// Checks canonical content against the SHA-256 its record carries.
+fn check_content(put: &PutView<'_>, canonical: &[u8]) -> Result<(), DecodeError> {
+    if content_hash(canonical) == put.hash {
+        Ok(())
+    } else {
+        Err(DecodeError("content does not match its SHA-256".into()))
+    }
+}
+
+/// Reads the put record stored for `version`, checks its CRC and that it is the record the index
+/// points at (body CRC, id, timestamp, version tag, and the rest of the metadata the index keeps), and
+/// hands it to `read`, whose error means damage too.
+fn with_record<R>(
+    index: &Index,
+    version: &VersionEntry,
+    read: impl FnOnce(&PutView<'_>) -> Result<R, DecodeError>,
+) -> Result<R, ReadFailure> {
     let bytes = record_bytes(index, version)?;
     if record_crc_at(&bytes, 0) != version.location.crc {
         return Err(damaged(
@@ -114,10 +364,7 @@ pub(crate) fn read_item(index: &Index, version: &VersionEntry) -> Result<Context
             "the index points at a record that is not an item".into(),
         ));
     };
-    if put.id != index.id_name(version.id)
-        || put.timestamp != version.timestamp
-        || version_tag(put.version) != version.version_tag
-    {
+    if put.id != index.id_name(version.id) || version_tag(put.version) != version.version_tag {
         return Err(damaged(
             index,
             version,
@@ -134,11 +381,7 @@ pub(crate) fn read_item(index: &Index, version: &VersionEntry) -> Result<Context
             "the stored record is another put of this version (its metadata differs from the index)".into(),
         ));
     }
-    let content = put.content().map_err(|e| damaged(index, version, e.0))?;
-    if content_hash(&content) != put.hash {
-        return Err(damaged(index, version, "content does not match its SHA-256".into()));
-    }
-    put.to_item_from(&content).map_err(|e| damaged(index, version, e.0))
+    read(&put).map_err(|e| damaged(index, version, e.0))
 }
 
 /// The version string and content hash of a stored or retired version, from its record.
@@ -205,6 +448,9 @@ fn same_metadata(index: &Index, version: &VersionEntry, put: &PutView<'_>) -> bo
             .value(version.source)
             .is_some_and(|source| **source == *put.source)
 }
+
+/// Reads one version's record into some form of item (parsed, raw JSON, filtered).
+type Fetch<'f, T> = dyn Fn(&Index, &VersionEntry) -> Result<T, ReadFailure> + 'f;
 
 /// Keeps compaction from reclaiming what a live snapshot handle sees, until the last clone drops.
 struct Registration {
@@ -480,6 +726,40 @@ impl Snapshot {
     /// # Errors
     /// As [`Snapshot::get`].
     pub fn get_with_stats(&self, query: &ContextQuery) -> Result<(Vec<ContextItem>, QueryStats)> {
+        let scratch = std::cell::RefCell::new(Vec::new());
+        self.run_query(query, &|index, version| {
+            let item = read_item_in(index, version, &mut scratch.borrow_mut())?;
+            let keep = query::confidence_passes(query, item.confidence) && query::content_passes(query, &item.content);
+            Ok(keep.then_some(item))
+        })
+    }
+
+    /// The items [`Snapshot::get`] returns, in the same order, as their JSON ([`RawItem`]), read
+    /// without parsing their content (a query with `content_eq` parses it to compare, and still
+    /// returns the stored bytes).
+    ///
+    /// # Errors
+    /// As [`Snapshot::get`].
+    pub fn get_raw(&self, query: &ContextQuery) -> Result<Vec<RawItem>> {
+        let filters_content = query::filters_content(query);
+        let (items, _) = self.run_query(query, &|index, version| {
+            read_item_json(index, version, |confidence, content| {
+                if !query::confidence_passes(query, confidence) {
+                    return Ok(false);
+                }
+                if !filters_content {
+                    return Ok(true);
+                }
+                let content: serde_json::Value = serde_json::from_slice(content)
+                    .map_err(|e| DecodeError(format!("stored content is not JSON: {e}")))?;
+                Ok(query::content_passes(query, &content))
+            })
+        })?;
+        Ok(items)
+    }
+
+    /// Runs `query` at this view's bounds, reading each candidate with `fetch` (`None`: filtered out).
+    fn run_query<T>(&self, query: &ContextQuery, fetch: &Fetch<'_, Option<T>>) -> Result<(Vec<T>, QueryStats)> {
         let index = self.shared.read_index();
         let (seq, now) = self.at(&index);
         let bounds = ViewBounds {
@@ -487,7 +767,7 @@ impl Snapshot {
             now,
             session: self.session.as_deref(),
         };
-        let fetch = |version: &VersionEntry| read_item(&index, version).map_err(Error::from);
+        let fetch = |version: &VersionEntry| fetch(&index, version).map_err(Error::from);
         let result = query::run(&index, query, &bounds, &fetch)?;
         self.shared.count_query(result.1.examined);
         Ok(result)
@@ -503,6 +783,36 @@ impl Snapshot {
         I: IntoIterator<Item = R>,
         R: AsRef<str>,
     {
+        let scratch = std::cell::RefCell::new(Vec::new());
+        let read = |index: &Index, version: &VersionEntry| read_item_in(index, version, &mut scratch.borrow_mut());
+        self.resolve_each(refs, &read, Answer::into_resolution)
+    }
+
+    /// Resolves each reference as [`Snapshot::resolve`] does, with the same answer for each, but
+    /// returns items as their JSON ([`RawItem`]), read without parsing their content.
+    ///
+    /// # Errors
+    /// As [`Snapshot::resolve`].
+    pub fn resolve_raw<I, R>(&self, refs: I) -> Result<Vec<RawResolution>>
+    where
+        I: IntoIterator<Item = R>,
+        R: AsRef<str>,
+    {
+        self.resolve_each(refs, &read_raw_item, Answer::into_raw_resolution)
+    }
+
+    /// Parses every reference, then answers each under one hold of the index lock, reading items
+    /// with `read` and turning each answer into the caller's form with `answer`.
+    fn resolve_each<I, R, T, O>(
+        &self,
+        refs: I,
+        read: &Fetch<'_, T>,
+        answer: impl Fn(Answer<T>, &str, &str, Option<&str>) -> O,
+    ) -> Result<Vec<O>>
+    where
+        I: IntoIterator<Item = R>,
+        R: AsRef<str>,
+    {
         let refs: Vec<R> = refs.into_iter().collect();
         let mut parsed = Vec::with_capacity(refs.len());
         for (position, reference) in refs.iter().enumerate() {
@@ -513,23 +823,22 @@ impl Snapshot {
         parsed
             .into_iter()
             .zip(&refs)
-            .map(|((id, version), reference)| self.resolve_one(&index, at, reference.as_ref(), id, version))
+            .map(|((id, version), reference)| {
+                let found = self.resolve_one(&index, at, id, version, read)?;
+                Ok(answer(found, reference.as_ref(), id, version))
+            })
             .collect()
     }
 
-    fn resolve_one(
+    fn resolve_one<T>(
         &self,
         index: &Index,
         (seq, now): (u64, i64),
-        reference: &str,
         id: &str,
         version: Option<&str>,
-    ) -> Result<Resolution> {
-        let not_found = || {
-            Ok(Resolution::NotFound {
-                reference: reference.to_owned(),
-            })
-        };
+        read: &Fetch<'_, T>,
+    ) -> Result<Answer<T>> {
+        let not_found = || Ok(Answer::NotFound);
         let Some(visible) = index.visible(id, seq) else {
             return not_found();
         };
@@ -546,26 +855,26 @@ impl Snapshot {
             return not_found();
         }
         if latest.expired_at(now) {
-            return Ok(Resolution::Expired {
-                id: id.to_owned(),
+            return Ok(Answer::Expired {
                 expired_at: latest.expires_at,
             });
         }
-        let read = |entry: &VersionEntry| match read_item(index, entry) {
+        let read = |entry: &VersionEntry| match read(index, entry) {
             Ok(item) => Ok(Ok(item)),
-            Err(ReadFailure::Damaged(_)) => Ok(Err(Resolution::HashMismatch { id: id.to_owned() })),
+            Err(ReadFailure::Damaged(_)) => Ok(Err(Answer::HashMismatch)),
             Err(ReadFailure::Io(e)) => Err(e),
         };
         let Some(asked) = version else {
-            return Ok(read(latest)?.map_or_else(|mismatch| mismatch, Resolution::Found));
+            return Ok(read(latest)?.map_or_else(|mismatch| mismatch, Answer::Found));
         };
         // The version tag rules the latest version out without reading it; when it matches, the
         // record decides (a damaged one answers HashMismatch, as a plain `id` would).
         if latest.version_tag == version_tag(asked) {
-            match read(latest)? {
-                Ok(item) if item.version == asked => return Ok(Resolution::Found(item)),
-                Ok(_) => {}
-                Err(mismatch) => return Ok(mismatch),
+            match is_version(index, latest, asked) {
+                Ok(true) => return Ok(read(latest)?.map_or_else(|mismatch| mismatch, Answer::Found)),
+                Ok(false) => {}
+                Err(ReadFailure::Damaged(_)) => return Ok(Answer::HashMismatch),
+                Err(ReadFailure::Io(e)) => return Err(e),
             }
         }
         // An earlier version of the same history that this view has seen. A record whose tag
@@ -589,11 +898,7 @@ impl Snapshot {
             return not_found();
         }
         Ok(match read(latest)? {
-            Ok(item) => Resolution::Superseded {
-                id: id.to_owned(),
-                requested_version: asked.to_owned(),
-                latest: item,
-            },
+            Ok(item) => Answer::Superseded { latest: item },
             Err(mismatch) => mismatch,
         })
     }

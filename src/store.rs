@@ -25,7 +25,7 @@ use crate::log::segment::{read_whole, SegmentHeader, SEGMENT_HEADER_BYTES};
 use crate::log::writer::{Command, Op, OpOutcome, Writer};
 use crate::query::{ContextQuery, QueryStats};
 use crate::recovery::{next_base_seq, recover, scan_frames, RecoveryStats, ScanEnd};
-use crate::snapshot::{Receipt, Resolution, Snapshot, SnapshotInfo};
+use crate::snapshot::{RawItem, RawResolution, Receipt, Resolution, Snapshot, SnapshotInfo};
 use crate::storage::{DirLock, FileStorage, Storage};
 
 /// When `add` may return relative to the fsync of its batch.
@@ -695,6 +695,48 @@ impl Store {
         self.view(None, false).resolve(refs)
     }
 
+    /// The items [`Store::get`] returns, as their JSON, read without parsing their content. See
+    /// [`Snapshot::get_raw`].
+    ///
+    /// # Errors
+    /// As [`Snapshot::get`].
+    pub fn get_raw(&self, query: &ContextQuery) -> Result<Vec<RawItem>> {
+        self.view(None, false).get_raw(query)
+    }
+
+    /// Resolves references as [`Store::resolve`] does, returning items as their JSON, read without
+    /// parsing their content. See [`Snapshot::resolve_raw`].
+    ///
+    /// ```
+    /// use ctxlog::{ContextItem, RawResolution, Resolution, Scope, Store};
+    /// use serde_json::json;
+    ///
+    /// # fn main() -> ctxlog::Result<()> {
+    /// let dir = tempfile::tempdir().expect("temp dir");
+    /// let store = Store::open(dir.path())?;
+    /// store.add([ContextItem::new(
+    ///     "ch3", "document_chunk", json!({"text": "Clause 3: ..."}), "contracts",
+    ///     1_715_300_000, "1", Scope::GlobalReadonly,
+    /// )])?;
+    /// let RawResolution::Found(raw) = &store.resolve_raw(["ch3"])?[0] else { panic!("ch3 is stored") };
+    /// let Resolution::Found(item) = &store.resolve(["ch3"])?[0] else { panic!("ch3 is stored") };
+    /// // The bytes serde_json writes for the parsed item, ready to send on.
+    /// assert_eq!(raw.as_bytes(), serde_json::to_vec(item).expect("JSON"));
+    /// assert!(raw.as_str().starts_with(r#"{"id":"ch3","type":"document_chunk","content":{"text":"#));
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Snapshot::resolve`].
+    pub fn resolve_raw<I, R>(&self, refs: I) -> Result<Vec<RawResolution>>
+    where
+        I: IntoIterator<Item = R>,
+        R: AsRef<str>,
+    {
+        self.view(None, false).resolve_raw(refs)
+    }
+
     /// A view restricted to session `session_id`: it reads only that session's scope and the global
     /// ones, and writes only its own scope and `GlobalWritable`. A session id that breaks the id rules
     /// can own nothing: writes to its scope are refused as `Invalid` (field `session_id`), and its reads
@@ -1027,6 +1069,28 @@ impl SessionView {
         R: AsRef<str>,
     {
         self.store.view(Some(Arc::clone(&self.session)), false).resolve(refs)
+    }
+
+    /// As [`Store::get_raw`], restricted to this session and the global scopes.
+    ///
+    /// # Errors
+    /// As [`Snapshot::get`].
+    pub fn get_raw(&self, query: &ContextQuery) -> Result<Vec<RawItem>> {
+        self.store.view(Some(Arc::clone(&self.session)), false).get_raw(query)
+    }
+
+    /// As [`Store::resolve_raw`]; another session's items are `NotFound`.
+    ///
+    /// # Errors
+    /// As [`Snapshot::resolve`].
+    pub fn resolve_raw<I, R>(&self, refs: I) -> Result<Vec<RawResolution>>
+    where
+        I: IntoIterator<Item = R>,
+        R: AsRef<str>,
+    {
+        self.store
+            .view(Some(Arc::clone(&self.session)), false)
+            .resolve_raw(refs)
     }
 
     /// A snapshot of now that keeps this session's visibility.

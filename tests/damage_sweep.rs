@@ -518,11 +518,19 @@ fn layout(disk: &SimDisk) -> Vec<FileLayout> {
 
 /// The last segment a checkpoint lists, and its length: docs/FORMAT.md, "Checkpoint file".
 fn resume_point(checkpoint: &[u8]) -> (String, usize) {
-    let count = le_u32(checkpoint, 32);
+    // The body follows the 32-byte header; with flag bit 0 it is a length and an LZ4 block.
+    let stored = &checkpoint[32..checkpoint.len() - 4];
+    let body = if le_u32(checkpoint, 12) & 1 == 1 {
+        let raw_len = u64::from_le_bytes(stored[..8].try_into().expect("8 bytes"));
+        lz4_flex::block::decompress(&stored[8..], usize::try_from(raw_len).expect("a length")).expect("LZ4 body")
+    } else {
+        stored.to_vec()
+    };
+    let count = le_u32(&body, 0);
     assert!(count > 0, "a checkpoint lists no segment");
-    let last = 36 + (count - 1) * 16;
-    let number = le_u32(checkpoint, last);
-    let len = u64::from_le_bytes(checkpoint[last + 8..last + 16].try_into().expect("8 bytes"));
+    let last = 4 + (count - 1) * 16;
+    let number = le_u32(&body, last);
+    let len = u64::from_le_bytes(body[last + 8..last + 16].try_into().expect("8 bytes"));
     (
         format!("{number:08}.seg"),
         usize::try_from(len).expect("a segment length"),

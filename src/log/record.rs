@@ -171,18 +171,64 @@ impl ScopeView<'_> {
 }
 
 impl<'a> PutView<'a> {
-    /// The canonical JSON of the content, decompressed if it is stored compressed.
-    pub(crate) fn content(&self) -> Result<std::borrow::Cow<'a, [u8]>, DecodeError> {
-        if !self.compressed {
-            return Ok(std::borrow::Cow::Borrowed(self.content));
-        }
+    /// The canonical length and the LZ4 block of compressed content, the length bounded.
+    fn compressed_parts(&self) -> Result<(usize, &'a [u8]), DecodeError> {
         let mut c = Cursor::new(self.content);
         let len = usize::try_from(c.u32("canonical content length")?).unwrap_or(usize::MAX);
         // Never allocate what a length field claims before bounding it.
         if len > crate::limits::CONTENT_BYTES_MAX {
             return Err(bad(format!("compressed content claims {len} bytes, over the limit")));
         }
-        let block = self.content.get(4..).unwrap_or_default();
+        Ok((len, self.content.get(4..).unwrap_or_default()))
+    }
+
+    /// The length of the canonical content (as recorded, for compressed content), or 0 when the
+    /// recorded length is unreadable: a size hint, checked when the content is read.
+    pub(crate) fn content_len(&self) -> usize {
+        if self.compressed {
+            self.compressed_parts().map_or(0, |(len, _)| len)
+        } else {
+            self.content.len()
+        }
+    }
+
+    /// Appends the canonical JSON of the content to `out`, decompressing it straight there when it
+    /// is stored compressed. On error `out` is left as it was.
+    pub(crate) fn append_content(&self, out: &mut Vec<u8>) -> Result<(), DecodeError> {
+        if !self.compressed {
+            out.extend_from_slice(self.content);
+            return Ok(());
+        }
+        let (len, block) = self.compressed_parts()?;
+        let start = out.len();
+        out.resize(start + len, 0);
+        let written = lz4_flex::block::decompress_into(block, out.get_mut(start..).unwrap_or_default());
+        let failure = match written {
+            Ok(n) if n == len => return Ok(()),
+            Ok(_) => bad("compressed content has another length than recorded"),
+            Err(e) => bad(format!("compressed content: {e}")),
+        };
+        out.truncate(start);
+        Err(failure)
+    }
+
+    /// The canonical JSON of the content: the stored bytes, or, when they are compressed, `scratch`
+    /// holding them decompressed (its earlier contents are dropped).
+    pub(crate) fn content_in<'s>(&'s self, scratch: &'s mut Vec<u8>) -> Result<&'s [u8], DecodeError> {
+        if !self.compressed {
+            return Ok(self.content);
+        }
+        scratch.clear();
+        self.append_content(scratch)?;
+        Ok(scratch)
+    }
+
+    /// The canonical JSON of the content, decompressed if it is stored compressed.
+    pub(crate) fn content(&self) -> Result<std::borrow::Cow<'a, [u8]>, DecodeError> {
+        if !self.compressed {
+            return Ok(std::borrow::Cow::Borrowed(self.content));
+        }
+        let (len, block) = self.compressed_parts()?;
         let out = lz4_flex::block::decompress(block, len).map_err(|e| bad(format!("compressed content: {e}")))?;
         if out.len() != len {
             return Err(bad("compressed content has another length than recorded"));
@@ -211,6 +257,62 @@ impl<'a> PutView<'a> {
             ttl_seconds: self.ttl_seconds,
             confidence: self.confidence,
         })
+    }
+
+    /// Bytes of the item's JSON shape besides the content, at most, unless a string needs escapes:
+    /// the punctuation and names of every field, 20 digits per integer, 24 for the confidence, 73 for
+    /// the hash, and the strings' own bytes.
+    pub(crate) fn json_envelope_len(&self) -> usize {
+        let session = match self.scope {
+            ScopeView::Session(id) => id.len(),
+            ScopeView::GlobalReadonly | ScopeView::GlobalWritable => 0,
+        };
+        300 + self.id.len() + self.kind.len() + self.source.len() + self.version.len() + session
+    }
+
+    /// Appends the item's JSON shape up to its content: `{"id":...,"type":...,"content":`.
+    ///
+    /// The canonical content, then [`PutView::write_json_tail`], complete it. The three together
+    /// are, byte for byte, what `serde_json::to_vec` writes for [`PutView::to_item`]'s item: the
+    /// fields in the order of `ItemOut` (src/item.rs), strings and numbers written by `serde_json`
+    /// itself, and the content as its canonical JSON, which is what `serde_json` prints for the
+    /// parsed content (object keys sorted by their bytes, numbers as it parsed them).
+    pub(crate) fn write_json_head(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"{\"id\":");
+        crate::item::write_scalar(out, self.id);
+        out.extend_from_slice(b",\"type\":");
+        crate::item::write_scalar(out, self.kind);
+        out.extend_from_slice(b",\"content\":");
+    }
+
+    /// Appends the item's JSON shape after its content: `,"source":...}`. See
+    /// [`PutView::write_json_head`].
+    pub(crate) fn write_json_tail(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(b",\"source\":");
+        crate::item::write_scalar(out, self.source);
+        out.extend_from_slice(b",\"timestamp\":");
+        crate::item::write_scalar(out, &self.timestamp);
+        out.extend_from_slice(b",\"version\":");
+        crate::item::write_scalar(out, self.version);
+        out.extend_from_slice(b",\"hash\":");
+        crate::item::write_hash_json(out, &self.hash);
+        match self.scope {
+            ScopeView::Session(id) => {
+                out.extend_from_slice(b",\"scope\":\"session\",\"session_id\":");
+                crate::item::write_scalar(out, id);
+            }
+            ScopeView::GlobalReadonly => out.extend_from_slice(b",\"scope\":\"global_readonly\""),
+            ScopeView::GlobalWritable => out.extend_from_slice(b",\"scope\":\"global_writable\""),
+        }
+        if let Some(ttl) = self.ttl_seconds {
+            out.extend_from_slice(b",\"ttl_seconds\":");
+            crate::item::write_scalar(out, &ttl);
+        }
+        if let Some(confidence) = self.confidence {
+            out.extend_from_slice(b",\"confidence\":");
+            crate::item::write_scalar(out, &confidence);
+        }
+        out.push(b'}');
     }
 
     /// When the item expires: `timestamp + ttl_seconds`, saturating.
@@ -908,6 +1010,93 @@ mod tests {
         };
         assert!(view.content().is_err());
         assert!(view.to_item().is_err());
+    }
+
+    /// The JSON of a put record, written from its fields and its canonical content.
+    fn raw_json(view: &PutView<'_>) -> Vec<u8> {
+        let mut out = Vec::new();
+        view.write_json_head(&mut out);
+        view.append_content(&mut out).unwrap();
+        view.write_json_tail(&mut out);
+        out
+    }
+
+    #[test]
+    fn raw_json_is_what_serde_json_writes_for_the_item() {
+        let long = format!("{{\"text\":\"{}\"}}", "words é 中 \\\" again ".repeat(20));
+        let scopes = [
+            Scope::Session("s\"1".into()),
+            Scope::GlobalReadonly,
+            Scope::GlobalWritable,
+        ];
+        for (n, scope) in scopes.iter().enumerate() {
+            for content in [&br#"[1,-0.0,1e-7,"\u0001"]"#[..], long.as_bytes()] {
+                let hash = [u8::try_from(n).unwrap(); 32];
+                let mut put = sample_put(scope, &hash);
+                put.content = content;
+                put.source = "a \"source\" \\ é";
+                if n == 1 {
+                    put.ttl_seconds = None;
+                    put.confidence = Some(1.0 / 3.0);
+                }
+                if n == 2 {
+                    put.confidence = None;
+                    put.timestamp = 0;
+                }
+                let mut enc = BatchEncoder::new();
+                enc.put(&put);
+                let frame = enc.finish(1).unwrap();
+                let (_, payload) = read_frame(&frame).unwrap();
+                let RecordView::Put(view) = &decode_batch(payload).unwrap()[1].2 else {
+                    panic!("not a put")
+                };
+                assert_eq!(view.compressed, content.len() > 100, "{n}");
+                let item = view.to_item().unwrap();
+                assert_eq!(raw_json(view), serde_json::to_vec(&item).unwrap(), "scope {n}");
+                assert!(raw_json(view).len() <= view.json_envelope_len() + view.content_len() + 16);
+                assert_eq!(view.content_len(), content.len());
+                let mut scratch = b"stale".to_vec();
+                assert_eq!(view.content_in(&mut scratch).unwrap(), content);
+            }
+        }
+    }
+
+    #[test]
+    fn appending_damaged_compressed_content_leaves_the_output_as_it_was() {
+        let scope = Scope::GlobalWritable;
+        let hash = [0u8; 32];
+        let content = "the same words again and again ".repeat(40);
+        let block = lz4_flex::block::compress(content.as_bytes());
+        for field in [
+            // A length over the limit, one shorter and one longer than the block gives, a cut block.
+            [&u32::MAX.to_le_bytes()[..], &block].concat(),
+            [&u32::try_from(content.len() - 1).unwrap().to_le_bytes()[..], &block].concat(),
+            [&u32::try_from(content.len() + 1).unwrap().to_le_bytes()[..], &block].concat(),
+            [
+                &u32::try_from(content.len()).unwrap().to_le_bytes()[..],
+                &block[..block.len() / 2],
+            ]
+            .concat(),
+            vec![1, 2],
+        ] {
+            let put = sample_put(&scope, &hash);
+            let view = PutView {
+                id: put.id,
+                kind: put.kind,
+                version: put.version,
+                scope: ScopeView::GlobalWritable,
+                source: put.source,
+                timestamp: 0,
+                ttl_seconds: None,
+                confidence: None,
+                hash,
+                content: &field,
+                compressed: true,
+            };
+            let mut out = b"kept".to_vec();
+            assert!(view.append_content(&mut out).is_err());
+            assert_eq!(out, b"kept");
+        }
     }
 
     #[test]
