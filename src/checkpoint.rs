@@ -93,7 +93,13 @@ const STATE_STORED: u8 = 0;
 const STATE_RETIRED: u8 = 1;
 
 /// Encodes the index, as of its sequence number, with the segments it points into.
+#[cfg(test)]
 pub(crate) fn encode(index: &Index, segments: &[SegmentMark]) -> Vec<u8> {
+    seal(index.seq, &encode_body(index, segments))
+}
+
+/// The uncompressed body of a checkpoint of `index`: the part that needs the index (and its lock).
+fn encode_body(index: &Index, segments: &[SegmentMark]) -> Vec<u8> {
     let mut body = Vec::with_capacity(64 + index.slots.len() * (VERSION_BYTES + 32) + index.id_count() * 16);
     put_count(&mut body, segments.len());
     for mark in segments {
@@ -184,15 +190,20 @@ pub(crate) fn encode(index: &Index, segments: &[SegmentMark]) -> Vec<u8> {
     for set in &index.by_scope {
         put_set(&mut body, set);
     }
+    body
+}
+
+/// The checkpoint file for `seq` around `body`: header, LZ4-compressed body, CRC. Needs no lock.
+fn seal(seq: u64, body: &[u8]) -> Vec<u8> {
     // Fixed-width tables are mostly small numbers: LZ4 roughly halves them.
     let mut stored = Vec::with_capacity(body.len() / 2 + 16);
     stored.extend_from_slice(&(body.len() as u64).to_le_bytes());
-    stored.extend_from_slice(&lz4_flex::block::compress(&body));
+    stored.extend_from_slice(&lz4_flex::block::compress(body));
     let mut out = Vec::with_capacity(CHECKPOINT_HEADER_BYTES + stored.len() + 4);
     out.extend_from_slice(&CHECKPOINT_MAGIC);
     out.extend_from_slice(&CHECKPOINT_VERSION.to_le_bytes());
     out.extend_from_slice(&FLAG_LZ4.to_le_bytes());
-    out.extend_from_slice(&index.seq.to_le_bytes());
+    out.extend_from_slice(&seq.to_le_bytes());
     out.extend_from_slice(&(stored.len() as u64).to_le_bytes());
     out.extend_from_slice(&stored);
     let crc = crc32fast::hash(&out);
@@ -596,8 +607,10 @@ pub(crate) fn write(shared: &Shared, sync_log: bool) -> Result<u64> {
                 len: segment.published_len(),
             })
             .collect();
-        (index.seq, encode(&index, &marks))
+        (index.seq, encode_body(&index, &marks))
     };
+    // Compressing and checksumming happen after the lock is released: writers wait only for the copy.
+    let bytes = seal(seq, &bytes);
     if sync_log {
         shared.flush()?;
     }
