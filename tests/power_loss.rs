@@ -35,9 +35,9 @@ const DEFAULT_CASES: u32 = 10_000;
 /// Cases a meta-test may run before the broken disk must have been caught.
 const META_CASES: u32 = 400;
 const DIR: &str = "/sim/store";
-/// The period of `Periodic` cases: short enough that the writer's timer syncs several times in most
-/// workloads (an operation takes tens of microseconds, a case a few milliseconds), so that cuts fall
-/// before, inside and after those syncs. When they happen is not observable, so the property holds
+/// The period of `Periodic` cases: shorter than a workload (an operation takes tens of microseconds, a
+/// case a few milliseconds), so that the writer's timer can sync inside one and cuts can fall before,
+/// inside and after those syncs. When they happen is not observable, so the property holds
 /// `Periodic` to what it holds `Never` to: everything up to the last `flush` (or clean reopen).
 const PERIOD: Duration = Duration::from_millis(1);
 

@@ -42,7 +42,7 @@ use crate::{
 const DIR: &str = "/fuzz/store";
 const START: i64 = 1_000;
 /// Operations read from one input at most; the rest of the bytes are ignored.
-pub const OPS_MAX: usize = 32;
+pub const OPS_MAX: usize = 24;
 /// Small segments, so that the log rotates and compaction has sealed segments to rewrite.
 const SEGMENT_SIZE: u64 = 4096;
 /// Live snapshot handles kept at most (the oldest is dropped first).
