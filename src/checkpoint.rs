@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::index::{
-    ChunkVec, Index, Interner, KeySet, Location, PinInfo, VersionEntry, VersionState, NO_SLOT, SEQ_OPEN,
+    ChunkVec, IdTable, Index, Interner, KeySet, Location, PinInfo, VersionEntry, VersionState, CHUNK, NO_SLOT, SEQ_OPEN,
 };
 use crate::item::{Scope, TypeSpec};
 use crate::log::record::Cursor;
@@ -369,6 +369,109 @@ fn decode_set(
     Ok(KeySet::from_sorted(out))
 }
 
+/// The parts of a checkpoint body after the id names: the deleted ids, the version table and the
+/// ordered sets.
+type Tables = (
+    Vec<(u32, u32)>,
+    ChunkVec<VersionEntry>,
+    (Vec<KeySet>, Vec<KeySet>, KeySet),
+    (Interner<Box<str>>, Interner<Scope>, Interner<Box<str>>),
+);
+
+/// Decodes what follows the id names (see [`Tables`]), checking it against the segments and tables
+/// before it.
+fn decode_tables(
+    c: &mut Cursor<'_>,
+    total: usize,
+    seq: u64,
+    id_count: usize,
+    segments: &[SegmentMark],
+    tables: (Interner<Box<str>>, Interner<Scope>, Interner<Box<str>>),
+) -> Result<Tables, String> {
+    let e = |e: crate::log::record::DecodeError| e.0;
+    let segment_lens: BTreeMap<u32, u64> = segments.iter().map(|m| (m.number, m.len)).collect();
+    let count = c.u32("deleted id count").map_err(e)?;
+    let count = bounded(count, 8, c, total, "deleted id")?;
+    let mut deletes = Vec::with_capacity(count);
+    for _ in 0..count {
+        let id = c.u32("deleted id").map_err(e)?;
+        let times = c.u32("deletes").map_err(e)?;
+        if usize::try_from(id).map_or(true, |id| id >= id_count) {
+            return Err(format!("deleted id number {id} is out of range"));
+        }
+        deletes.push((id, times));
+    }
+    let count = c.u32("version count").map_err(e)?;
+    let count = bounded(count, VERSION_BYTES, c, total, "version")?;
+    let table = c.take(count * VERSION_BYTES, "versions").map_err(e)?;
+    let bounds = Bounds {
+        seq,
+        ids: id_count,
+        segment_lens: &segment_lens,
+        tables: (tables.0.len(), tables.1.len(), tables.2.len()),
+    };
+    // Straight into chunks of the index's own size: no copy of the whole table.
+    let mut chunks = Vec::with_capacity(count.div_ceil(CHUNK));
+    for rows in table.chunks(CHUNK * VERSION_BYTES) {
+        let mut chunk = Vec::with_capacity(CHUNK);
+        for raw in rows.chunks_exact(VERSION_BYTES) {
+            let version = decode_version(raw, &bounds)
+                .map_err(|reason| format!("version {}: {reason}", chunks.len() * CHUNK + chunk.len()))?;
+            chunk.push(version);
+        }
+        chunks.push(chunk);
+    }
+    let slots = ChunkVec::from_chunks(chunks);
+    let by_time = decode_set(c, total, &slots, "time set", |_| true)?;
+    let count = c.u32("type set count").map_err(e)?;
+    let mut by_type = Vec::with_capacity(bounded(count, 4, c, total, "type set")?);
+    for kind in 0..count {
+        by_type.push(decode_set(c, total, &slots, "type set", |v| u32::from(v.kind) == kind)?);
+    }
+    let count = c.u32("scope set count").map_err(e)?;
+    let mut by_scope = Vec::with_capacity(bounded(count, 4, c, total, "scope set")?);
+    for scope in 0..count {
+        by_scope.push(decode_set(c, total, &slots, "scope set", |v| v.scope == scope)?);
+    }
+    if !c.is_empty() {
+        return Err("bytes after the last table".into());
+    }
+    // Every stored version must be in each kind of set once: the sets are strictly ordered and hold
+    // only stored versions of their own type or scope, so equal counts mean none is missing.
+    let stored = slots.iter().filter(|v| v.is_stored()).count();
+    let complete = by_time.len() == stored
+        && by_type.iter().map(KeySet::len).sum::<usize>() == stored
+        && by_scope.iter().map(KeySet::len).sum::<usize>() == stored;
+    if !complete {
+        return Err("the ordered sets do not list every stored version".into());
+    }
+    Ok((deletes, slots, (by_type, by_scope, by_time), tables))
+}
+
+/// The id names of a checkpoint, each a u8 length and that many bytes of UTF-8.
+fn names_in(bytes: &[u8]) -> impl Iterator<Item = Result<&str, String>> {
+    let mut c = Cursor::new(bytes);
+    std::iter::from_fn(move || {
+        if c.is_empty() {
+            return None;
+        }
+        Some(
+            c.u8("id length")
+                .map_err(|e| e.0)
+                .and_then(|len| get_str(&mut c, usize::from(len), "id")),
+        )
+    })
+}
+
+/// Frees a large buffer on another thread: unmapping a few hundred MiB takes tens of milliseconds
+/// that opening need not wait for.
+pub(crate) fn drop_in_background<T: Send + 'static>(value: T) {
+    // When no thread can be started, the closure, and the value with it, is dropped right here.
+    let _ = std::thread::Builder::new()
+        .name("ctxlog-free".into())
+        .spawn(move || drop(value));
+}
+
 /// Whether `bytes` are an intact checkpoint of an older format: not damage, just a shortcut this
 /// build does not take (opening replays the log instead, and the next checkpoint replaces it).
 pub(crate) fn is_older_format(bytes: &[u8]) -> bool {
@@ -512,82 +615,39 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Loaded, String> {
     if kinds.len() > usize::from(u16::MAX) {
         return Err("too many types".into());
     }
-    let segment_lens: BTreeMap<u32, u64> = segments.iter().map(|m| (m.number, m.len)).collect();
-
     let count = c.u32("id count").map_err(e)?;
-    let count = bounded(count, 1, &c, total, "id")?;
-    let mut names = Vec::with_capacity(count);
-    for _ in 0..count {
+    let id_count = bounded(count, 1, &c, total, "id")?;
+    // The names are only skipped here: another thread checks them and builds the id table while
+    // this one decodes the versions and the ordered sets.
+    let names_at = c.position();
+    for _ in 0..id_count {
         let len = usize::from(c.u8("id length").map_err(e)?);
-        names.push(get_str(&mut c, len, "id")?);
+        c.take(len, "id").map_err(e)?;
     }
-    let count = c.u32("deleted id count").map_err(e)?;
-    let count = bounded(count, 8, &c, total, "deleted id")?;
-    let mut deletes = Vec::with_capacity(count);
-    for _ in 0..count {
-        let id = c.u32("deleted id").map_err(e)?;
-        let times = c.u32("deletes").map_err(e)?;
-        if usize::try_from(id).map_or(true, |id| id >= names.len()) {
-            return Err(format!("deleted id number {id} is out of range"));
+    let names = body.get(names_at..c.position()).unwrap_or_default();
+    let build_ids = || IdTable::from_names(id_count, names_in(names));
+    let mut index = std::thread::scope(|scope| {
+        let ids = std::thread::Builder::new()
+            .name("ctxlog-checkpoint".into())
+            .spawn_scoped(scope, build_ids);
+        let rest = decode_tables(&mut c, total, seq, id_count, &segments, (kinds, scopes, sources));
+        let ids = match ids {
+            Ok(handle) => handle
+                .join()
+                .unwrap_or_else(|_| Err("building the id table failed".into())),
+            // No thread to be had: the same work here.
+            Err(_) => build_ids(),
+        };
+        let (deletes, slots, sets, tables) = rest?;
+        let mut ids = ids?;
+        for (id, times) in deletes {
+            ids.set_deletes(id, times)?;
         }
-        deletes.push((id, times));
+        Index::from_checkpoint(seq, ids, slots, sets, tables)
+    })?;
+    if let std::borrow::Cow::Owned(raw) = body {
+        drop_in_background(raw);
     }
-    let count = c.u32("version count").map_err(e)?;
-    let count = bounded(count, VERSION_BYTES, &c, total, "version")?;
-    let table = c.take(count * VERSION_BYTES, "versions").map_err(e)?;
-    let bounds = Bounds {
-        seq,
-        ids: names.len(),
-        segment_lens: &segment_lens,
-        tables: (kinds.len(), scopes.len(), sources.len()),
-    };
-    let mut slots = ChunkVec::default();
-    // Each id's versions come in the order they were created.
-    let mut last_created = vec![0u64; names.len()];
-    for (position, raw) in table.chunks_exact(VERSION_BYTES).enumerate() {
-        let version = decode_version(raw, &bounds).map_err(|reason| format!("version {position}: {reason}"))?;
-        let last = last_created
-            .get_mut(usize::try_from(version.id).unwrap_or(usize::MAX))
-            .ok_or("id out of range")?;
-        if version.seq_created < *last {
-            return Err(format!("version {position}: its id's versions are out of order"));
-        }
-        *last = version.seq_created;
-        slots.push(version);
-    }
-    let by_time = decode_set(&mut c, total, &slots, "time set", |_| true)?;
-    let count = c.u32("type set count").map_err(e)?;
-    let mut by_type = Vec::with_capacity(bounded(count, 4, &c, total, "type set")?);
-    for kind in 0..count {
-        by_type.push(decode_set(&mut c, total, &slots, "type set", |v| {
-            u32::from(v.kind) == kind
-        })?);
-    }
-    let count = c.u32("scope set count").map_err(e)?;
-    let mut by_scope = Vec::with_capacity(bounded(count, 4, &c, total, "scope set")?);
-    for scope in 0..count {
-        by_scope.push(decode_set(&mut c, total, &slots, "scope set", |v| v.scope == scope)?);
-    }
-    if !c.is_empty() {
-        return Err("bytes after the last table".into());
-    }
-    // Every stored version must be in each kind of set once: the sets are strictly ordered and hold
-    // only stored versions of their own type or scope, so equal counts mean none is missing.
-    let stored = slots.iter().filter(|v| v.is_stored()).count();
-    let complete = by_time.len() == stored
-        && by_type.iter().map(KeySet::len).sum::<usize>() == stored
-        && by_scope.iter().map(KeySet::len).sum::<usize>() == stored;
-    if !complete {
-        return Err("the ordered sets do not list every stored version".into());
-    }
-    let mut index = Index::from_checkpoint(
-        seq,
-        &names,
-        &deletes,
-        slots,
-        (by_type, by_scope, by_time),
-        (kinds, scopes, sources),
-    )?;
     index.registry = registry;
     index.pins = pins;
     Ok(Loaded { seq, segments, index })
@@ -660,6 +720,62 @@ mod tests {
             Some(u64::MAX)
         );
         assert_eq!(parse_checkpoint_file_name("checkpoint-42.idx"), None);
+    }
+
+    /// A checkpoint of two ids, "aa" (two versions) and "ab", over segment 1.
+    fn two_ids() -> (Index, Vec<SegmentMark>) {
+        let mut index = Index::default();
+        let here = Location {
+            segment: 1,
+            offset: 32,
+            len: 10,
+            crc: 0,
+        };
+        for (seq, id, version) in [(1, "aa", "1"), (2, "aa", "2"), (3, "ab", "1")] {
+            index.apply_put(seq, &crate::index::tests::put(id, version, 10), here);
+        }
+        index.seq = 3;
+        let marks = vec![SegmentMark {
+            number: 1,
+            rewrites: 0,
+            len: 1000,
+        }];
+        (index, marks)
+    }
+
+    fn replace(body: &mut [u8], from: &[u8], to: &[u8]) {
+        let at = body
+            .windows(from.len())
+            .position(|w| w == from)
+            .expect("pattern in the body");
+        body[at..at + to.len()].copy_from_slice(to);
+    }
+
+    #[test]
+    fn checkpoints_with_checksums_but_inconsistent_tables_are_refused() {
+        let (index, marks) = two_ids();
+        let body = encode_body(&index, &marks);
+        let loaded = decode(&seal(3, &body)).expect("intact");
+        assert_eq!(loaded.index.id_count(), 2);
+        assert_eq!(
+            loaded.index.visible("aa", 3).map(|v| v.version.version_tag),
+            Some(crate::index::version_tag("2"))
+        );
+        assert_eq!(loaded.index.versions_of(0).count(), 2);
+
+        let mut twice = body.clone();
+        replace(&mut twice, b"\x02ab", b"\x02aa");
+        let why = decode(&seal(3, &twice)).err().expect("a name listed twice");
+        assert!(why.contains("listed twice"), "{why}");
+
+        // Swap the creation seqs of aa's versions: (1, ended 2) and (2, open) become (2, 2) and (1, open).
+        let mut order = body.clone();
+        let first: Vec<u8> = [1u64.to_le_bytes(), 2u64.to_le_bytes()].concat();
+        let second: Vec<u8> = [2u64.to_le_bytes(), u64::MAX.to_le_bytes()].concat();
+        replace(&mut order, &first, &2u64.to_le_bytes());
+        replace(&mut order, &second, &1u64.to_le_bytes());
+        let why = decode(&seal(3, &order)).err().expect("versions out of order");
+        assert!(why.contains("id's versions are out of order"), "{why}");
     }
 
     #[test]

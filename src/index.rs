@@ -146,7 +146,7 @@ pub(crate) struct IdEntry {
 }
 
 /// Entries per chunk of a [`ChunkVec`].
-const CHUNK: usize = 4096;
+pub(crate) const CHUNK: usize = 4096;
 
 /// A growable array in fixed chunks: pushing never moves what is stored (no copy of the whole array
 /// under the index lock), and at most one partly filled chunk is allocated beyond the length.
@@ -176,6 +176,12 @@ impl<T> ChunkVec<T> {
 
     pub(crate) fn get_mut(&mut self, position: usize) -> Option<&mut T> {
         self.chunks.get_mut(position / CHUNK)?.get_mut(position % CHUNK)
+    }
+
+    /// An array of full chunks of [`CHUNK`] entries but the last.
+    pub(crate) fn from_chunks(chunks: Vec<Vec<T>>) -> Self {
+        let len = chunks.iter().map(Vec::len).sum();
+        ChunkVec { chunks, len }
     }
 
     pub(crate) fn push(&mut self, value: T) {
@@ -235,6 +241,74 @@ impl NameArena {
 
     fn heap_bytes(&self) -> u64 {
         (self.chunks.iter().map(String::capacity).sum::<usize>() + self.chunks.capacity() * 24) as u64
+    }
+}
+
+/// The id half of an index, built from a checkpoint's list of id names (on its own thread, while
+/// the versions are decoded): per-id entries, the name arena and the lookup table.
+pub(crate) struct IdTable {
+    ids: ChunkVec<IdEntry>,
+    names: NameArena,
+    by_name: HashTable<u32>,
+    hasher: foldhash::fast::RandomState,
+}
+
+impl IdTable {
+    /// A table of `names`, numbered in order; `count` is how many there are. A name listed twice is
+    /// an error.
+    pub(crate) fn from_names<'a>(
+        count: usize,
+        names: impl Iterator<Item = Result<&'a str, String>>,
+    ) -> Result<IdTable, String> {
+        let mut table = IdTable {
+            ids: ChunkVec::default(),
+            names: NameArena::default(),
+            by_name: HashTable::with_capacity(count),
+            hasher: foldhash::fast::RandomState::default(),
+        };
+        // In passes, each over one array: the names, their hashes, the arena, the lookup table.
+        let names: Vec<&str> = names.collect::<Result<_, _>>()?;
+        if names.len() != count {
+            return Err(format!("{} id names where {count} were announced", names.len()));
+        }
+        let hashes: Vec<u64> = names.iter().map(|name| table.hasher.hash_one(name)).collect();
+        for name in &names {
+            let handle = table.names.push(name);
+            table.ids.push(IdEntry {
+                name: handle,
+                latest: NO_SLOT,
+                deletes: 0,
+            });
+        }
+        for (id, (name, hash)) in (0u32..).zip(names.iter().zip(&hashes)) {
+            let (entries, arena, hasher) = (&table.ids, &table.names, &table.hasher);
+            let slot = table.by_name.entry(
+                *hash,
+                |known| {
+                    entries
+                        .get(position(*known))
+                        .is_some_and(|e| arena.get(e.name) == *name)
+                },
+                |known| hasher.hash_one(entries.get(position(*known)).map_or("", |e| arena.get(e.name))),
+            );
+            match slot {
+                hashbrown::hash_table::Entry::Occupied(_) => return Err(format!("id {name:?} is listed twice")),
+                hashbrown::hash_table::Entry::Vacant(vacant) => {
+                    vacant.insert(id);
+                }
+            }
+        }
+        Ok(table)
+    }
+
+    /// Sets the delete count of id number `id`.
+    pub(crate) fn set_deletes(&mut self, id: u32, deletes: u32) -> Result<(), String> {
+        let entry = self
+            .ids
+            .get_mut(position(id))
+            .ok_or_else(|| format!("deleted id number {id} is out of range"))?;
+        entry.deletes = deletes;
+        Ok(())
     }
 }
 
@@ -571,14 +645,6 @@ impl Index {
             .filter(move |version| version.generation == generation)
     }
 
-    /// Makes room for `ids` more ids, so that loading never rehashes.
-    pub(crate) fn reserve(&mut self, ids: usize) {
-        let (entries, names, hasher) = (&self.ids, &self.names, &self.hasher);
-        self.by_name.reserve(ids, |id| {
-            hasher.hash_one(entries.get(position(*id)).map_or("", |e| names.get(e.name)))
-        });
-    }
-
     /// The number of id `name`, creating its entry if it is new.
     fn id_position(&mut self, name: &str) -> u32 {
         if let Some(id) = self.id_number(name) {
@@ -725,67 +791,49 @@ impl Index {
         true
     }
 
-    /// An index built from a checkpoint's tables: ids (name, deletes), versions in slot order (each
-    /// id's versions oldest first; `prev` is rebuilt here), and the ordered sets, already sorted.
-    #[allow(clippy::too_many_arguments)]
+    /// An index from a checkpoint's tables: `ids` built from its id names (with their delete
+    /// counts set), and its versions in slot order. Each id's chain of versions is rebuilt here, which
+    /// also checks that every id's versions come in the order they were created.
     pub(crate) fn from_checkpoint(
         seq: u64,
-        names: &[&str],
-        deletes: &[(u32, u32)],
+        ids: IdTable,
         slots: ChunkVec<VersionEntry>,
         sets: (Vec<KeySet>, Vec<KeySet>, KeySet),
         tables: (Interner<Box<str>>, Interner<Scope>, Interner<Box<str>>),
     ) -> Result<Index, String> {
         let mut index = Index {
             seq,
+            ids: ids.ids,
+            names: ids.names,
+            by_name: ids.by_name,
+            hasher: ids.hasher,
             ..Index::default()
         };
-        index.reserve(names.len());
-        for name in names {
-            let id = u32::try_from(index.ids.len()).unwrap_or(u32::MAX);
-            let hash = index.hasher.hash_one(name);
-            let (entries, arena, hasher) = (&index.ids, &index.names, &index.hasher);
-            let slot = index.by_name.entry(
-                hash,
-                |known| {
-                    entries
-                        .get(position(*known))
-                        .is_some_and(|e| arena.get(e.name) == *name)
-                },
-                |known| hasher.hash_one(entries.get(position(*known)).map_or("", |e| arena.get(e.name))),
-            );
-            match slot {
-                hashbrown::hash_table::Entry::Occupied(_) => return Err(format!("id {name:?} is listed twice")),
-                hashbrown::hash_table::Entry::Vacant(vacant) => {
-                    vacant.insert(id);
-                }
-            }
-            let handle = index.names.push(name);
-            index.ids.push(IdEntry {
-                name: handle,
-                latest: NO_SLOT,
-                deletes: 0,
-            });
-        }
-        for (id, count) in deletes {
-            if let Some(entry) = index.ids.get_mut(position(*id)) {
-                entry.deletes = *count;
-            }
-        }
         index.slots = slots;
-        let mut slot = 0u32;
-        for chunk in &mut index.slots.chunks {
-            for version in chunk {
-                if let Some(entry) = index.ids.get_mut(position(version.id)) {
-                    version.prev = entry.latest;
-                    entry.latest = slot;
+        let mut live_ids = 0u64;
+        for at in 0..index.slots.len() {
+            let Some(version) = index.slots.get(at).copied() else {
+                break;
+            };
+            let entry = index
+                .ids
+                .get_mut(position(version.id))
+                .ok_or_else(|| format!("version {at}: id number {} is out of range", version.id))?;
+            let prev = entry.latest;
+            if let Some(before) = index.slots.get(position(prev)) {
+                if before.seq_created > version.seq_created {
+                    return Err(format!("version {at}: its id's versions are out of order"));
                 }
-                if version.seq_ended == SEQ_OPEN && version.is_stored() {
-                    index.live_ids += 1;
-                }
-                slot += 1;
+            }
+            entry.latest = u32::try_from(at).unwrap_or(NO_SLOT);
+            if let Some(version) = index.slots.get_mut(at) {
+                version.prev = prev;
+            }
+            if version.seq_ended == SEQ_OPEN && version.is_stored() {
+                live_ids += 1;
             }
         }
+        index.live_ids = live_ids;
         (index.by_type, index.by_scope, index.by_time) = sets;
         let (kinds, scopes, sources) = tables;
         index.session_scopes = scopes
@@ -909,10 +957,10 @@ impl<'a> From<&'a Scope> for ScopeView<'a> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn put<'a>(id: &'a str, version: &'a str, timestamp: i64) -> PutView<'a> {
+    pub(crate) fn put<'a>(id: &'a str, version: &'a str, timestamp: i64) -> PutView<'a> {
         PutView {
             id,
             kind: "message",

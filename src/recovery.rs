@@ -340,7 +340,9 @@ fn checkpoint_start(
     numbers: &[u32],
 ) -> Result<Start, String> {
     let bytes = storage.read(path).map_err(|e| format!("cannot read it: {e}"))?;
-    let loaded = checkpoint::decode(&bytes)?;
+    let loaded = checkpoint::decode(&bytes);
+    checkpoint::drop_in_background(bytes);
+    let loaded = loaded?;
     if loaded.seq != named_seq {
         return Err(format!("it holds seq {}, but its name says {named_seq}", loaded.seq));
     }
