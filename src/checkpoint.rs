@@ -21,10 +21,13 @@ use crate::store::Shared;
 
 /// The magic bytes that open every checkpoint file.
 const CHECKPOINT_MAGIC: [u8; 8] = *b"CTXLOGCP";
-/// Header flag: the body is `u64 length` + an LZ4 block of that many bytes.
+/// Header flag: the body is stored LZ4-compressed, in independent blocks (see [`seal`]).
 const FLAG_LZ4: u32 = 1;
 /// The checkpoint format version this build writes and reads.
-const CHECKPOINT_VERSION: u32 = 2;
+const CHECKPOINT_VERSION: u32 = 3;
+/// Uncompressed bytes per LZ4 block of the body: every block but the last holds exactly this many.
+/// Blocks are compressed and decompressed independently, on two threads.
+const LZ4_BLOCK: usize = 1 << 20;
 /// Bytes of the checkpoint header: magic, version, reserved, seq, body length.
 const CHECKPOINT_HEADER_BYTES: usize = 8 + 4 + 4 + 8 + 8;
 /// Bytes of one version in the version table.
@@ -194,21 +197,102 @@ fn encode_body(index: &Index, segments: &[SegmentMark]) -> Vec<u8> {
 }
 
 /// The checkpoint file for `seq` around `body`: header, LZ4-compressed body, CRC. Needs no lock.
+///
+/// The stored body is the body's length (u64), the number of blocks (u32), then for each block of
+/// [`LZ4_BLOCK`] bytes of the body (the last may be shorter) its length (u32), the length of its LZ4
+/// block (u32) and that block.
 fn seal(seq: u64, body: &[u8]) -> Vec<u8> {
+    let blocks: Vec<&[u8]> = body.chunks(LZ4_BLOCK).collect();
+    let count = u32::try_from(blocks.len()).unwrap_or(u32::MAX);
     // Fixed-width tables are mostly small numbers: LZ4 roughly halves them.
-    let mut stored = Vec::with_capacity(body.len() / 2 + 16);
-    stored.extend_from_slice(&(body.len() as u64).to_le_bytes());
-    stored.extend_from_slice(&lz4_flex::block::compress(body));
-    let mut out = Vec::with_capacity(CHECKPOINT_HEADER_BYTES + stored.len() + 4);
+    let compressed = on_two_threads(blocks, |raw| (raw.len(), lz4_flex::block::compress(raw)));
+    let stored_len = 8 + 4 + compressed.iter().map(|(_, block)| 8 + block.len()).sum::<usize>();
+    let mut out = Vec::with_capacity(CHECKPOINT_HEADER_BYTES + stored_len + 4);
     out.extend_from_slice(&CHECKPOINT_MAGIC);
     out.extend_from_slice(&CHECKPOINT_VERSION.to_le_bytes());
     out.extend_from_slice(&FLAG_LZ4.to_le_bytes());
     out.extend_from_slice(&seq.to_le_bytes());
-    out.extend_from_slice(&(stored.len() as u64).to_le_bytes());
-    out.extend_from_slice(&stored);
+    out.extend_from_slice(&(stored_len as u64).to_le_bytes());
+    out.extend_from_slice(&(body.len() as u64).to_le_bytes());
+    out.extend_from_slice(&count.to_le_bytes());
+    for (raw_len, block) in &compressed {
+        out.extend_from_slice(&u32::try_from(*raw_len).unwrap_or(u32::MAX).to_le_bytes());
+        out.extend_from_slice(&u32::try_from(block.len()).unwrap_or(u32::MAX).to_le_bytes());
+        out.extend_from_slice(block);
+    }
     let crc = crc32fast::hash(&out);
     out.extend_from_slice(&crc.to_le_bytes());
     out
+}
+
+/// The body of a stored LZ4 body (see [`seal`]), its blocks decompressed on two threads.
+fn unseal(stored: &[u8]) -> Result<Vec<u8>, String> {
+    let mut c = Cursor::new(stored);
+    let e = |e: crate::log::record::DecodeError| e.0;
+    let raw_len = c.u64("body length").map_err(e)?;
+    let count = c.u32("block count").map_err(e)?;
+    let raw_len = usize::try_from(raw_len)
+        .ok()
+        .filter(|len| len.div_ceil(LZ4_BLOCK) == usize::try_from(count).unwrap_or(usize::MAX))
+        .ok_or_else(|| format!("a body of {raw_len} bytes cannot be {count} blocks"))?;
+    let mut blocks = Vec::with_capacity(bounded(count, 8, &c, stored.len(), "block")?);
+    let mut left = raw_len;
+    for number in 0..count {
+        let len = usize::try_from(c.u32("block length").map_err(e)?).unwrap_or(usize::MAX);
+        let block_len = usize::try_from(c.u32("LZ4 block length").map_err(e)?).unwrap_or(usize::MAX);
+        if len != left.min(LZ4_BLOCK) {
+            return Err(format!("block {number} holds {len} bytes, not {}", left.min(LZ4_BLOCK)));
+        }
+        left -= len;
+        blocks.push(c.take(block_len, "LZ4 block").map_err(e)?);
+    }
+    if !c.is_empty() {
+        return Err("bytes after the last block".into());
+    }
+    // Every block's length was checked against the body's, which the file's size bounds: LZ4
+    // expands a block at most 255 times.
+    if raw_len as u64 > (stored.len() as u64).saturating_mul(255) {
+        return Err(format!(
+            "the body claims {raw_len} bytes, more than its blocks can hold"
+        ));
+    }
+    // Zeroed memory comes from the system untouched: each page is written once, by its block.
+    let mut body = vec![0u8; raw_len];
+    let jobs: Vec<(&[u8], &mut [u8])> = blocks.into_iter().zip(body.chunks_mut(LZ4_BLOCK)).collect();
+    let results = on_two_threads(jobs, |(block, out)| {
+        match lz4_flex::block::decompress_into(block, out) {
+            Ok(len) if len == out.len() => Ok(()),
+            Ok(len) => Err(format!("a block decompresses to {len} bytes, not {}", out.len())),
+            Err(e) => Err(format!("the body does not decompress: {e}")),
+        }
+    });
+    results.into_iter().collect::<Result<(), String>>()?;
+    Ok(body)
+}
+
+/// Runs `work` on every item, in order, the second half of them on another thread when one can be
+/// started (on this one otherwise).
+fn on_two_threads<T: Send, R: Send>(mut items: Vec<T>, work: impl Fn(T) -> R + Sync) -> Vec<R> {
+    if items.len() < 2 {
+        return items.into_iter().map(work).collect();
+    }
+    let rest = std::sync::Mutex::new(items.split_off(items.len() / 2));
+    let run_rest = || {
+        let items = std::mem::take(&mut *rest.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+        items.into_iter().map(&work).collect::<Vec<R>>()
+    };
+    std::thread::scope(|scope| {
+        let other = std::thread::Builder::new()
+            .name("ctxlog-checkpoint".into())
+            .spawn_scoped(scope, run_rest);
+        let mut out: Vec<R> = items.into_iter().map(&work).collect();
+        let rest = match other {
+            Ok(handle) => handle.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+            Err(_) => run_rest(),
+        };
+        out.extend(rest);
+        out
+    })
 }
 
 /// One version, 72 bytes: seq_created u64, seq_ended u64 (u64::MAX while open), timestamp i64,
@@ -339,34 +423,114 @@ fn get_str<'a>(cursor: &mut Cursor<'a>, len: usize, what: &str) -> Result<&'a st
     std::str::from_utf8(bytes).map_err(|_| format!("{what} is not UTF-8"))
 }
 
-/// Reads one ordered set: its slots must be stored versions that `belongs` accepts, in strictly
-/// ascending (timestamp, slot) order.
-fn decode_set(
-    c: &mut Cursor<'_>,
-    total: usize,
-    slots: &ChunkVec<VersionEntry>,
-    what: &str,
-    belongs: impl Fn(&VersionEntry) -> bool,
-) -> Result<KeySet, String> {
-    let count = c.u32("set size").map_err(|e| e.0)?;
-    let count = bounded(count, 4, c, total, what)?;
-    let bytes = c.take(count * 4, what).map_err(|e| e.0)?;
-    let mut out = Vec::with_capacity(count);
+/// Which ordered set a run of slot numbers belongs to.
+#[derive(Clone, Copy)]
+enum SetOf {
+    Time,
+    Type(u32),
+    Scope(u32),
+}
+
+impl SetOf {
+    fn name(self) -> &'static str {
+        match self {
+            SetOf::Time => "time set",
+            SetOf::Type(_) => "type set",
+            SetOf::Scope(_) => "scope set",
+        }
+    }
+
+    fn holds(self, version: &VersionEntry) -> bool {
+        version.is_stored()
+            && match self {
+                SetOf::Time => true,
+                SetOf::Type(kind) => u32::from(version.kind) == kind,
+                SetOf::Scope(scope) => version.scope == scope,
+            }
+    }
+}
+
+/// Slot numbers checked per piece of an ordered set; pieces are checked on two threads.
+const SET_PIECE: usize = 1 << 16;
+
+/// The key of `slot` in the ordered sets (a checked slot, so always there).
+fn set_key(slots: &ChunkVec<VersionEntry>, slot: u32) -> (i64, u32) {
+    let timestamp = slots
+        .get(usize::try_from(slot).unwrap_or(usize::MAX))
+        .map_or(i64::MAX, |v| v.timestamp);
+    (timestamp, slot)
+}
+
+/// Checks a piece of an ordered set: its slots must be stored versions that belong to the set, in
+/// strictly ascending (timestamp, slot) order.
+fn check_set_piece(slots: &ChunkVec<VersionEntry>, set: SetOf, piece: &[u8]) -> Result<(), String> {
     let mut last: Option<(i64, u32)> = None;
-    for raw in bytes.chunks_exact(4) {
+    for raw in piece.chunks_exact(4) {
         let slot = le_u32(raw, 0);
         let version = slots
             .get(usize::try_from(slot).unwrap_or(usize::MAX))
-            .filter(|v| v.is_stored() && belongs(v))
-            .ok_or_else(|| format!("{what} lists slot {slot}, which does not belong there"))?;
+            .filter(|v| set.holds(v))
+            .ok_or_else(|| format!("{} lists slot {slot}, which does not belong there", set.name()))?;
         let key = (version.timestamp, slot);
         if last.is_some_and(|last| last >= key) {
-            return Err(format!("{what} is not in order"));
+            return Err(format!("{} is not in order", set.name()));
         }
         last = Some(key);
-        out.push(slot);
     }
-    Ok(KeySet::from_sorted(out))
+    Ok(())
+}
+
+/// Reads the ordered sets: the time set, the type sets, the scope sets (see [`check_set_piece`]).
+fn decode_sets(
+    c: &mut Cursor<'_>,
+    total: usize,
+    slots: &ChunkVec<VersionEntry>,
+) -> Result<(Vec<KeySet>, Vec<KeySet>, KeySet), String> {
+    let e = |e: crate::log::record::DecodeError| e.0;
+    fn read<'a>(c: &mut Cursor<'a>, total: usize, set: SetOf) -> Result<(SetOf, &'a [u8]), String> {
+        let count = c.u32("set size").map_err(|e| e.0)?;
+        let count = bounded(count, 4, c, total, set.name())?;
+        Ok((set, c.take(count * 4, set.name()).map_err(|e| e.0)?))
+    }
+    let mut sets = vec![read(c, total, SetOf::Time)?];
+    let types = c.u32("type set count").map_err(e)?;
+    bounded(types, 4, c, total, "type set")?;
+    for kind in 0..types {
+        sets.push(read(c, total, SetOf::Type(kind))?);
+    }
+    let scopes = c.u32("scope set count").map_err(e)?;
+    bounded(scopes, 4, c, total, "scope set")?;
+    for scope in 0..scopes {
+        sets.push(read(c, total, SetOf::Scope(scope))?);
+    }
+    let pieces: Vec<(SetOf, &[u8])> = sets
+        .iter()
+        .flat_map(|(set, bytes)| bytes.chunks(SET_PIECE * 4).map(|piece| (*set, piece)))
+        .collect();
+    on_two_threads(pieces, |(set, piece)| check_set_piece(slots, set, piece))
+        .into_iter()
+        .collect::<Result<(), String>>()?;
+    let mut by_time = KeySet::default();
+    let (mut by_type, mut by_scope) = (Vec::new(), Vec::new());
+    for (set, bytes) in sets {
+        let numbers: Vec<u32> = bytes.chunks_exact(4).map(|raw| le_u32(raw, 0)).collect();
+        // Where one piece ends and the next begins, the order must hold too.
+        for at in (SET_PIECE..numbers.len()).step_by(SET_PIECE) {
+            let (before, after) = (numbers.get(at - 1), numbers.get(at));
+            if let (Some(before), Some(after)) = (before, after) {
+                if set_key(slots, *before) >= set_key(slots, *after) {
+                    return Err(format!("{} is not in order", set.name()));
+                }
+            }
+        }
+        let keys = KeySet::from_sorted(numbers);
+        match set {
+            SetOf::Time => by_time = keys,
+            SetOf::Type(_) => by_type.push(keys),
+            SetOf::Scope(_) => by_scope.push(keys),
+        }
+    }
+    Ok((by_type, by_scope, by_time))
 }
 
 /// The parts of a checkpoint body after the id names: the deleted ids, the version table and the
@@ -422,17 +586,7 @@ fn decode_tables(
         chunks.push(chunk);
     }
     let slots = ChunkVec::from_chunks(chunks);
-    let by_time = decode_set(c, total, &slots, "time set", |_| true)?;
-    let count = c.u32("type set count").map_err(e)?;
-    let mut by_type = Vec::with_capacity(bounded(count, 4, c, total, "type set")?);
-    for kind in 0..count {
-        by_type.push(decode_set(c, total, &slots, "type set", |v| u32::from(v.kind) == kind)?);
-    }
-    let count = c.u32("scope set count").map_err(e)?;
-    let mut by_scope = Vec::with_capacity(bounded(count, 4, c, total, "scope set")?);
-    for scope in 0..count {
-        by_scope.push(decode_set(c, total, &slots, "scope set", |v| v.scope == scope)?);
-    }
+    let (by_type, by_scope, by_time) = decode_sets(c, total, &slots)?;
     if !c.is_empty() {
         return Err("bytes after the last table".into());
     }
@@ -523,24 +677,7 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Loaded, String> {
     let body: std::borrow::Cow<'_, [u8]> = if flags & FLAG_LZ4 == 0 {
         std::borrow::Cow::Borrowed(stored)
     } else {
-        let raw_len = stored
-            .get(..8)
-            .and_then(|b| b.try_into().ok())
-            .map(u64::from_le_bytes)
-            .ok_or("the compressed body is cut short")?;
-        let block = stored.get(8..).unwrap_or_default();
-        // LZ4 expands at most 255 times: never trust the stated length for an allocation beyond that.
-        let bound = (block.len() as u64).saturating_mul(255).saturating_add(64);
-        let raw_len = usize::try_from(raw_len)
-            .ok()
-            .filter(|len| (*len as u64) <= bound)
-            .ok_or_else(|| format!("the body claims {raw_len} bytes, more than its block can hold"))?;
-        let raw =
-            lz4_flex::block::decompress(block, raw_len).map_err(|e| format!("the body does not decompress: {e}"))?;
-        if raw.len() != raw_len {
-            return Err("the body decompresses to another length".into());
-        }
-        std::borrow::Cow::Owned(raw)
+        std::borrow::Cow::Owned(unseal(stored)?)
     };
     let total = body.len();
     let mut c = Cursor::new(&body);
@@ -776,6 +913,41 @@ mod tests {
         replace(&mut order, &second, &1u64.to_le_bytes());
         let why = decode(&seal(3, &order)).err().expect("versions out of order");
         assert!(why.contains("id's versions are out of order"), "{why}");
+    }
+
+    #[test]
+    fn bodies_of_many_blocks_round_trip_and_bad_block_tables_are_refused() {
+        // Two and a half blocks of bytes that compress a little.
+        let body: Vec<u8> = (0..LZ4_BLOCK * 5 / 2)
+            .map(|n| (n % 251) as u8 ^ (n / 4096) as u8)
+            .collect();
+        let file = seal(7, &body);
+        let stored = &file[CHECKPOINT_HEADER_BYTES..file.len() - 4];
+        assert_eq!(unseal(stored).expect("unseal"), body);
+        assert_eq!(
+            u32::from_le_bytes(stored[8..12].try_into().expect("4 bytes")),
+            3,
+            "blocks"
+        );
+
+        // A block count that does not match the body's length.
+        let mut wrong = stored.to_vec();
+        wrong[8] = 2;
+        assert!(unseal(&wrong).expect_err("count").contains("cannot be 2 blocks"));
+        // A first block that claims fewer bytes than a whole block.
+        let mut short = stored.to_vec();
+        short[12..16].copy_from_slice(&1000u32.to_le_bytes());
+        assert!(unseal(&short).expect_err("length").contains("holds 1000 bytes"));
+        // A body length far beyond what the blocks could hold is refused before any allocation.
+        let mut huge = stored.to_vec();
+        let claimed = (LZ4_BLOCK as u64) * 1_000_000;
+        huge[0..8].copy_from_slice(&claimed.to_le_bytes());
+        huge[8..12].copy_from_slice(&1_000_000u32.to_le_bytes());
+        assert!(unseal(&huge).is_err());
+        // Trailing bytes.
+        let mut longer = stored.to_vec();
+        longer.push(0);
+        assert!(unseal(&longer).is_err());
     }
 
     #[test]

@@ -244,6 +244,9 @@ impl NameArena {
     }
 }
 
+/// Id names loaded per batch from a checkpoint.
+const NAME_BATCH: usize = 8192;
+
 /// The id half of an index, built from a checkpoint's list of id names (on its own thread, while
 /// the versions are decoded): per-id entries, the name arena and the lookup table.
 pub(crate) struct IdTable {
@@ -266,37 +269,48 @@ impl IdTable {
             by_name: HashTable::with_capacity(count),
             hasher: foldhash::fast::RandomState::default(),
         };
-        // In passes, each over one array: the names, their hashes, the arena, the lookup table.
-        let names: Vec<&str> = names.collect::<Result<_, _>>()?;
-        if names.len() != count {
-            return Err(format!("{} id names where {count} were announced", names.len()));
-        }
-        let hashes: Vec<u64> = names.iter().map(|name| table.hasher.hash_one(name)).collect();
-        for name in &names {
-            let handle = table.names.push(name);
-            table.ids.push(IdEntry {
-                name: handle,
-                latest: NO_SLOT,
-                deletes: 0,
-            });
-        }
-        for (id, (name, hash)) in (0u32..).zip(names.iter().zip(&hashes)) {
-            let (entries, arena, hasher) = (&table.ids, &table.names, &table.hasher);
-            let slot = table.by_name.entry(
-                *hash,
-                |known| {
-                    entries
-                        .get(position(*known))
-                        .is_some_and(|e| arena.get(e.name) == *name)
-                },
-                |known| hasher.hash_one(entries.get(position(*known)).map_or("", |e| arena.get(e.name))),
-            );
-            match slot {
-                hashbrown::hash_table::Entry::Occupied(_) => return Err(format!("id {name:?} is listed twice")),
-                hashbrown::hash_table::Entry::Vacant(vacant) => {
-                    vacant.insert(id);
+        // In batches, and each batch in passes over small arrays that stay in cache: the names, their
+        // hashes, the arena, the lookup table.
+        let mut names = names.peekable();
+        let mut batch: Vec<&str> = Vec::with_capacity(NAME_BATCH);
+        let mut hashes: Vec<u64> = Vec::with_capacity(NAME_BATCH);
+        while names.peek().is_some() {
+            batch.clear();
+            for name in names.by_ref().take(NAME_BATCH) {
+                batch.push(name?);
+            }
+            hashes.clear();
+            hashes.extend(batch.iter().map(|name| table.hasher.hash_one(name)));
+            let first = u32::try_from(table.ids.len()).unwrap_or(u32::MAX);
+            for name in &batch {
+                let handle = table.names.push(name);
+                table.ids.push(IdEntry {
+                    name: handle,
+                    latest: NO_SLOT,
+                    deletes: 0,
+                });
+            }
+            for (id, (name, hash)) in (first..).zip(batch.iter().zip(&hashes)) {
+                let (entries, arena, hasher) = (&table.ids, &table.names, &table.hasher);
+                let slot = table.by_name.entry(
+                    *hash,
+                    |known| {
+                        entries
+                            .get(position(*known))
+                            .is_some_and(|e| arena.get(e.name) == *name)
+                    },
+                    |known| hasher.hash_one(entries.get(position(*known)).map_or("", |e| arena.get(e.name))),
+                );
+                match slot {
+                    hashbrown::hash_table::Entry::Occupied(_) => return Err(format!("id {name:?} is listed twice")),
+                    hashbrown::hash_table::Entry::Vacant(vacant) => {
+                        vacant.insert(id);
+                    }
                 }
             }
+        }
+        if table.ids.len() != count {
+            return Err(format!("{} id names where {count} were announced", table.ids.len()));
         }
         Ok(table)
     }

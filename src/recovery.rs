@@ -339,7 +339,11 @@ fn checkpoint_start(
     named_seq: u64,
     numbers: &[u32],
 ) -> Result<Start, String> {
-    let bytes = storage.read(path).map_err(|e| format!("cannot read it: {e}"))?;
+    // Mapped, not read: the bytes are checked and decoded once, straight from the page cache.
+    let bytes = storage
+        .open_read(path)
+        .and_then(|file| file.map())
+        .map_err(|e| format!("cannot read it: {e}"))?;
     let loaded = checkpoint::decode(&bytes);
     checkpoint::drop_in_background(bytes);
     let loaded = loaded?;

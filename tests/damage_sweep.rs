@@ -518,11 +518,19 @@ fn layout(disk: &SimDisk) -> Vec<FileLayout> {
 
 /// The last segment a checkpoint lists, and its length: docs/FORMAT.md, "Checkpoint file".
 fn resume_point(checkpoint: &[u8]) -> (String, usize) {
-    // The body follows the 32-byte header; with flag bit 0 it is a length and an LZ4 block.
+    // The body follows the 32-byte header; with flag bit 0 it is a length, a block count and the
+    // blocks, each a length, an LZ4 length and an LZ4 block.
     let stored = &checkpoint[32..checkpoint.len() - 4];
     let body = if le_u32(checkpoint, 12) & 1 == 1 {
-        let raw_len = u64::from_le_bytes(stored[..8].try_into().expect("8 bytes"));
-        lz4_flex::block::decompress(&stored[8..], usize::try_from(raw_len).expect("a length")).expect("LZ4 body")
+        let mut body = Vec::new();
+        let mut at = 12;
+        for _ in 0..le_u32(stored, 8) {
+            let (len, stored_len) = (le_u32(stored, at), le_u32(stored, at + 4));
+            let block = &stored[at + 8..at + 8 + stored_len];
+            body.extend(lz4_flex::block::decompress(block, len).expect("LZ4 block"));
+            at += 8 + stored_len;
+        }
+        body
     } else {
         stored.to_vec()
     };

@@ -154,9 +154,14 @@ fn m1_v2_content() -> serde_json::Value {
     json!({"role": "user", "b": "edited again and again, ".repeat(12)})
 }
 
-/// The compacted store as this build writes it: segments of format 2, a checkpoint of format 2.
+/// The compacted store as this build writes it: segments of format 2, a checkpoint of format 3.
 fn compacted_fixture_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/format-v2-compacted")
+}
+
+/// The compacted store's checkpoint as checkpoint format 2 wrote it (over the same segments).
+fn checkpoint_v2_fixture_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/checkpoint-v2")
 }
 
 /// The same store as the first release wrote it, with a checkpoint of format 1.
@@ -272,19 +277,27 @@ fn this_build_writes_the_golden_compacted_store_and_checkpoint() {
 
 #[test]
 fn the_golden_compacted_store_opens_from_its_checkpoint_and_by_full_replay() {
-    // (fixture, copy its checkpoint, the checkpoint seq opening starts from)
+    // (segments from, checkpoint from, the checkpoint seq opening starts from)
     let cases = [
-        (compacted_fixture_dir(), true, Some(9)),
-        (compacted_fixture_dir(), false, None),
+        (compacted_fixture_dir(), Some(compacted_fixture_dir()), Some(9)),
+        (compacted_fixture_dir(), None, None),
         // A checkpoint of an older format is refused, never fatal: the whole log is replayed.
-        (checkpoint_v1_fixture_dir(), true, None),
-        (checkpoint_v1_fixture_dir(), false, None),
+        (checkpoint_v1_fixture_dir(), Some(checkpoint_v1_fixture_dir()), None),
+        (checkpoint_v1_fixture_dir(), None, None),
+        (compacted_fixture_dir(), Some(checkpoint_v2_fixture_dir()), None),
     ];
-    for (fixture, with_checkpoint, started_from) in cases {
+    for (fixture, checkpoint_from, started_from) in cases {
         let dir = tempfile::tempdir().expect("tempdir");
         for (name, bytes) in store_files(&fixture) {
-            if with_checkpoint || !name.ends_with(".idx") {
+            if !name.ends_with(".idx") {
                 std::fs::write(dir.path().join(name), bytes).expect("copy fixture");
+            }
+        }
+        if let Some(from) = &checkpoint_from {
+            for (name, bytes) in store_files(from) {
+                if name.ends_with(".idx") {
+                    std::fs::write(dir.path().join(name), bytes).expect("copy checkpoint");
+                }
             }
         }
         let store = Options::new()
@@ -294,9 +307,9 @@ fn the_golden_compacted_store_opens_from_its_checkpoint_and_by_full_replay() {
             .expect("open");
         let recovery = store.stats().recovery;
         assert_eq!(recovery.checkpoint_seq, started_from, "{}", fixture.display());
-        if with_checkpoint && started_from.is_none() {
+        if checkpoint_from.is_some() && started_from.is_none() {
             let why = recovery.checkpoint_rejected.unwrap_or_default();
-            assert!(why.contains("version 1 is not supported"), "{why}");
+            assert!(why.contains("is not supported"), "{why}");
         }
         assert!(store.verify().expect("verify").is_ok());
         assert_eq!(store.stats().seq, 9);

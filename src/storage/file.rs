@@ -42,11 +42,16 @@ impl StorageFile for RealFile {
         self.0.set_len(len)
     }
 
-    #[expect(unsafe_code, reason = "mapping a sealed segment is the crate's one unsafe operation")]
+    #[expect(
+        unsafe_code,
+        reason = "mapping a sealed segment or a checkpoint is the crate's one unsafe operation"
+    )]
     fn map(&self) -> io::Result<SharedBytes> {
-        // SAFETY: ctxlog maps only sealed segments, which no ctxlog code writes, truncates or renames
-        // while the store is open (the LOCK file keeps other ctxlog processes out; compaction renames a
-        // new file over the path, which leaves this mapping on the old file). A process that ignores
+        // SAFETY: ctxlog maps only sealed segments and checkpoint files, which no ctxlog code writes,
+        // truncates or renames while the store is open (the LOCK file keeps other ctxlog processes
+        // out; compaction renames a new file over the path, which leaves this mapping on the old file;
+        // a checkpoint is written whole under a temporary name, and later only removed, which leaves
+        // the mapping on the removed file). A process that ignores
         // the lock and modifies the file could change the mapped bytes under us; every read of mapped
         // bytes is bounds-checked and CRC-checked, so such damage is reported as corruption, not
         // undefined reads.
