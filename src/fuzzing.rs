@@ -36,7 +36,7 @@ fn put_crc(bytes: &mut [u8], at: usize, covered: std::ops::Range<usize>) {
     }
 }
 
-/// Decodes the frame at the start of `bytes`: [`read_frame`], then `decode_batch` on its payload,
+/// Decodes the frame at the start of `bytes`: `read_frame`, then `decode_batch` on its payload,
 /// then `decode_record` on every record at its location and `to_item` on every put. Returns the
 /// number of records decoded, 0 when the frame or batch is refused.
 pub fn decode_frame(bytes: &[u8]) -> usize {
