@@ -13,7 +13,7 @@
 //! rename leaves the old segment (and a stray `.tmp` that opening deletes); after it, the new one.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -23,7 +23,7 @@ use crate::log::record::{decode_batch, BatchEncoder, RecordView, FRAME_HEADER_BY
 use crate::log::segment::{segment_file_name, Segment, SegmentHeader, SEGMENT_HEADER_BYTES};
 use crate::log::writer::sync_dir;
 use crate::recovery::{scan_frames, ScanEnd};
-use crate::storage::Storage;
+use crate::storage::{Storage, StorageFile};
 use crate::store::Shared;
 
 /// What a compaction did.
@@ -281,7 +281,12 @@ fn rewrite(shared: &Shared, number: u32, plan: &SegmentPlan, report: &mut Compac
         base_seq: header.base_seq,
         rewrites: header.rewrites.saturating_add(1),
     };
-    let mut out = new_header.encode().to_vec();
+    let path = shared.dir.join(segment_file_name(number));
+    let tmp = shared.dir.join(format!("{}.tmp", segment_file_name(number)));
+    let mut out = Spool::create(&*shared.storage, &tmp)?;
+    out.buf.extend_from_slice(&new_header.encode());
+    // An I/O error while the rewrite is written stops the scan; it is reported as itself.
+    let mut write_error = None;
     let mut updates = Vec::new();
     let mut seq = header.base_seq;
     let end = scan_frames(
@@ -323,30 +328,44 @@ fn rewrite(shared: &Shared, number: u32, plan: &SegmentPlan, report: &mut Compac
                 return Ok(());
             }
             let frame_at = out.len();
-            out.extend_from_slice(&encoder.finish(frame_seq).map_err(|e| e.to_string())?);
+            out.buf
+                .extend_from_slice(&encoder.finish(frame_seq).map_err(|e| e.to_string())?);
             for (at, len, version) in placed {
                 let Some((slot, retired)) = version else { continue };
                 let location = Location {
                     segment: number,
                     offset: u32::try_from(frame_at + at).map_err(|_| "offset overflow")?,
                     len: u32::try_from(len).map_err(|_| "length overflow")?,
-                    crc: record_crc_at(&out, frame_at + at),
+                    crc: out.crc_at(frame_at + at),
                 };
                 updates.push(match retired {
                     Some(reason) => Update::Retire(slot, location, reason),
                     None => Update::Move(slot, location),
                 });
             }
-            Ok(())
+            out.write_if_full().map_err(|e| {
+                write_error = Some(e);
+                "the rewrite could not be written".to_owned()
+            })
         },
     );
-    if let ScanEnd::Bad { offset, reason, .. } = end {
-        return Err(corrupt(offset, reason));
-    }
-
-    let path = shared.dir.join(segment_file_name(number));
-    let tmp = shared.dir.join(format!("{}.tmp", segment_file_name(number)));
-    write_synced(&*shared.storage, &tmp, &out)?;
+    let failed = match (write_error, end) {
+        (Some(e), _) => Some(e),
+        (None, ScanEnd::Bad { offset, reason, .. }) => Some(corrupt(offset, reason)),
+        (None, _) => None,
+    };
+    let written = match failed {
+        Some(e) => Err(e),
+        None => out.finish(),
+    };
+    let len = match written {
+        Ok(len) => len,
+        Err(e) => {
+            // Best effort: a temporary file left behind is removed by the next open.
+            let _ = shared.storage.remove(&tmp);
+            return Err(e);
+        }
+    };
 
     // From here until the index has moved, no snapshot handle may be created: one could come to see
     // a version this rewrite leaves out. Readers and the writer go on; only the final swap takes the
@@ -375,7 +394,7 @@ fn rewrite(shared: &Shared, number: u32, plan: &SegmentPlan, report: &mut Compac
         .rename(&tmp, &path)
         .map_err(|e| Error::io(format!("renaming {} over {}", tmp.display(), path.display()), e))?;
     sync_dir(&*shared.storage, &shared.dir)?;
-    let rewritten = Arc::new(Segment::open(&*shared.storage, &path, true, out.len() as u64)?);
+    let rewritten = Arc::new(Segment::open(&*shared.storage, &path, true, len as u64)?);
     let mut unlink = Vec::new();
     {
         let mut index = shared.write_index();
@@ -429,13 +448,61 @@ fn count(report: &mut CompactionReport, reason: Reason) {
     }
 }
 
-/// Writes `bytes` to a new file at `path` and syncs it.
-fn write_synced(storage: &dyn Storage, path: &Path, bytes: &[u8]) -> Result<()> {
-    let mut file = storage
-        .create(path)
-        .map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
-    file.append(bytes)
-        .map_err(|e| Error::io(format!("writing {}", path.display()), e))?;
-    file.sync_all()
-        .map_err(|e| Error::io(format!("syncing {}", path.display()), e))
+/// Bytes of a rewritten segment buffered before they are written out.
+const SPOOL_BYTES: usize = 1 << 20;
+
+/// A rewritten segment on its way to its temporary file, written in steps of [`SPOOL_BYTES`]:
+/// compaction never holds a whole segment in memory.
+struct Spool {
+    file: Box<dyn StorageFile>,
+    path: PathBuf,
+    buf: Vec<u8>,
+    /// Bytes already written to the file.
+    written: usize,
+}
+
+impl Spool {
+    fn create(storage: &dyn Storage, path: &Path) -> Result<Spool> {
+        let file = storage
+            .create(path)
+            .map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
+        Ok(Spool {
+            file,
+            path: path.to_path_buf(),
+            buf: Vec::with_capacity(SPOOL_BYTES + (SPOOL_BYTES >> 2)),
+            written: 0,
+        })
+    }
+
+    /// The length of the rewritten segment so far.
+    fn len(&self) -> usize {
+        self.written + self.buf.len()
+    }
+
+    /// The body CRC of the record at `at`, which is still buffered (the current frame's).
+    fn crc_at(&self, at: usize) -> u32 {
+        record_crc_at(&self.buf, at.saturating_sub(self.written))
+    }
+
+    fn write_if_full(&mut self) -> Result<()> {
+        if self.buf.len() >= SPOOL_BYTES {
+            self.file
+                .append(&self.buf)
+                .map_err(|e| Error::io(format!("writing {}", self.path.display()), e))?;
+            self.written += self.buf.len();
+            self.buf.clear();
+        }
+        Ok(())
+    }
+
+    /// Writes the rest and syncs the file; returns its length.
+    fn finish(mut self) -> Result<usize> {
+        self.file
+            .append(&self.buf)
+            .map_err(|e| Error::io(format!("writing {}", self.path.display()), e))?;
+        self.file
+            .sync_all()
+            .map_err(|e| Error::io(format!("syncing {}", self.path.display()), e))?;
+        Ok(self.written + self.buf.len())
+    }
 }
