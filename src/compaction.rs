@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
-use crate::index::{record_crc_at, Index, Location, VersionEntry, SEQ_OPEN};
+use crate::index::{record_crc_at, Index, Location, PurgeCursor, VersionEntry, SEQ_OPEN};
 use crate::log::record::{decode_batch, BatchEncoder, RecordView, FRAME_HEADER_BYTES, RECORD_HEADER_BYTES};
 use crate::log::segment::{segment_file_name, Segment, SegmentHeader, SEGMENT_HEADER_BYTES};
 use crate::log::writer::sync_dir;
@@ -431,7 +431,11 @@ fn rewrite(shared: &Shared, number: u32, plan: &SegmentPlan, report: &mut Compac
         }
     }
     if !unlink.is_empty() {
-        shared.write_index().purge_sets();
+        // In steps too: a whole purge of a million-entry set held the lock for tens of milliseconds.
+        let mut cursor = Some(PurgeCursor::default());
+        while let Some(at) = cursor {
+            cursor = shared.write_index().purge_sets_step(at, PURGE_STEP);
+        }
     }
     report.segments_rewritten += 1;
     Ok(())
@@ -439,6 +443,8 @@ fn rewrite(shared: &Shared, number: u32, plan: &SegmentPlan, report: &mut Compac
 
 /// Set entries unlinked per hold of the index's write lock.
 const UNLINK_CHUNK: usize = 4096;
+/// Set array entries purged per hold of the index's write lock.
+const PURGE_STEP: usize = 1 << 16;
 
 fn count(report: &mut CompactionReport, reason: Reason) {
     match reason {

@@ -459,16 +459,34 @@ impl KeySet {
         }
     }
 
-    /// Drops the array's entries of slots no longer stored.
-    fn purge(&mut self, slots: &ChunkVec<VersionEntry>) {
-        if self.dead > 0 {
-            self.base.retain(|slot| {
-                slots
-                    .get(usize::try_from(*slot).unwrap_or(usize::MAX))
-                    .is_some_and(VersionEntry::is_stored)
-            });
-            self.dead = 0;
+    /// Drops the entries of slots no longer stored among `base[from..from + max]`. Returns how many
+    /// entries it looked at and where to go on, or `None` when the array holds no more of them.
+    fn purge_step(&mut self, slots: &ChunkVec<VersionEntry>, from: usize, max: usize) -> (usize, Option<usize>) {
+        if self.dead == 0 || from >= self.base.len() {
+            self.dead = if from >= self.base.len() { 0 } else { self.dead };
+            return (0, None);
         }
+        let end = from.saturating_add(max).min(self.base.len());
+        let mut kept = from;
+        for at in from..end {
+            let Some(&slot) = self.base.get(at) else { break };
+            let stored = slots
+                .get(usize::try_from(slot).unwrap_or(usize::MAX))
+                .is_some_and(VersionEntry::is_stored);
+            if stored {
+                if let Some(place) = self.base.get_mut(kept) {
+                    *place = slot;
+                }
+                kept += 1;
+            }
+        }
+        self.base.drain(kept..end);
+        self.dead = self.dead.saturating_sub(end - kept);
+        if kept >= self.base.len() {
+            self.dead = 0;
+            return (end - from, None);
+        }
+        (end - from, Some(kept))
     }
 
     /// The keys with a timestamp in `start..=end`, ascending or (with `reverse`) descending.
@@ -582,6 +600,14 @@ pub(crate) struct Index {
     pub(crate) pins: BTreeMap<String, PinInfo>,
     /// Slots compaction emptied.
     pub(crate) forgotten: u64,
+}
+
+/// Where a stepwise purge of the ordered sets has got to ([`Index::purge_sets_step`]): the set (the
+/// time set, then the type sets, then the scope sets) and the position in its array.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct PurgeCursor {
+    set: usize,
+    at: usize,
 }
 
 /// A pinned snapshot as the log records it.
@@ -877,13 +903,40 @@ impl Index {
         self.by_time.remove(key);
     }
 
-    /// Drops from the sets' arrays every entry [`Index::unlink_from_sets`] marked.
+    /// Drops from the sets' arrays every entry [`Index::unlink_from_sets`] marked, in one go.
+    #[cfg(test)]
     pub(crate) fn purge_sets(&mut self) {
-        let slots = &self.slots;
-        for set in self.by_type.iter_mut().chain(self.by_scope.iter_mut()) {
-            set.purge(slots);
+        let mut cursor = Some(PurgeCursor::default());
+        while let Some(at) = cursor {
+            cursor = self.purge_sets_step(at, usize::MAX);
         }
-        self.by_time.purge(slots);
+    }
+
+    /// Purges the sets' arrays as [`Index::purge_sets`] does, but only about `max` entries from
+    /// `cursor` on, so that a caller can release the index lock between steps (readers skip the
+    /// entries of versions no longer stored meanwhile). Returns where to go on, or `None` when done.
+    pub(crate) fn purge_sets_step(&mut self, mut cursor: PurgeCursor, max: usize) -> Option<PurgeCursor> {
+        let slots = &self.slots;
+        let types = self.by_type.len();
+        let mut budget = max.max(1);
+        while budget > 0 {
+            let set = match cursor.set {
+                0 => Some(&mut self.by_time),
+                n if n <= types => self.by_type.get_mut(n - 1),
+                n => self.by_scope.get_mut(n - 1 - types),
+            }?;
+            let (looked, next) = set.purge_step(slots, cursor.at, budget);
+            // An untouched set still costs a little: count it as one entry.
+            budget = budget.saturating_sub(looked.max(1));
+            cursor = match next {
+                Some(at) => PurgeCursor { set: cursor.set, at },
+                None => PurgeCursor {
+                    set: cursor.set + 1,
+                    at: 0,
+                },
+            };
+        }
+        Some(cursor)
     }
 
     /// Compaction moved a version's record (stored or retired) to `location`.
@@ -1072,6 +1125,61 @@ pub(crate) mod tests {
         assert_eq!(left.len(), 10_000);
         assert!(left.iter().all(|slot| slot % 2 == 1));
         assert_eq!(index.by_time.sorted_slots(&index.slots), left);
+    }
+
+    #[test]
+    fn a_purge_in_small_steps_with_writes_between_them_leaves_exactly_the_stored_versions() {
+        let mut index = Index::default();
+        let types = ["message", "tool_result", "document_chunk"];
+        let put_n = |index: &mut Index, n: i64| {
+            let name = format!("id-{n}");
+            let mut view = put(&name, "1", if n % 5 == 0 { 100_000 - n } else { n });
+            view.kind = types[(n % 3) as usize];
+            view.scope = if n % 2 == 0 {
+                ScopeView::GlobalWritable
+            } else {
+                ScopeView::Session("s1")
+            };
+            index.apply_put(1 + n as u64, &view, HERE);
+        };
+        for n in 0..30_000i64 {
+            put_n(&mut index, n);
+        }
+        // Forget two slots in three, then purge 1,000 entries at a time while new versions arrive
+        // (in and out of time order) between the steps.
+        for slot in (0..30_000u32).filter(|slot| slot % 3 != 0) {
+            index.forget(slot);
+            index.unlink_from_sets(slot);
+        }
+        let mut cursor = Some(PurgeCursor::default());
+        let mut n = 30_000i64;
+        let mut steps = 0;
+        while let Some(at) = cursor {
+            cursor = index.purge_sets_step(at, 1_000);
+            put_n(&mut index, n);
+            n += 1;
+            steps += 1;
+        }
+        assert!(steps > 20, "{steps} steps");
+        let stored = |slot: &u32| index.slot(*slot).is_some_and(VersionEntry::is_stored);
+        let check = |set: &KeySet, belongs: &dyn Fn(&VersionEntry) -> bool| {
+            let keys: Vec<(i64, u32)> = set.range(&index.slots, i64::MIN, i64::MAX, false).collect();
+            assert!(keys.windows(2).all(|w| w[0] < w[1]), "in order");
+            let mut want: Vec<(i64, u32)> = (0..u32::try_from(index.slots.len()).unwrap())
+                .filter(|slot| stored(slot) && index.slot(*slot).is_some_and(belongs))
+                .map(|slot| (index.slot(slot).unwrap().timestamp, slot))
+                .collect();
+            want.sort_unstable();
+            assert_eq!(keys, want);
+            assert_eq!(set.len(), want.len(), "nothing dead left in the array");
+        };
+        check(&index.by_time, &|_| true);
+        for (kind, set) in index.by_type.iter().enumerate() {
+            check(set, &|v| usize::from(v.kind) == kind);
+        }
+        for (scope, set) in index.by_scope.iter().enumerate() {
+            check(set, &|v| position(v.scope) == scope);
+        }
     }
 
     #[test]
