@@ -11,7 +11,8 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::index::{
-    ChunkVec, IdTable, Index, Interner, KeySet, Location, PinInfo, VersionEntry, VersionState, CHUNK, NO_SLOT, SEQ_OPEN,
+    key_of, ChunkVec, IdTable, Index, Interner, KeySet, Location, PinInfo, VersionEntry, VersionState, CHUNK, NO_SLOT,
+    SEQ_OPEN,
 };
 use crate::item::{Scope, TypeSpec};
 use crate::log::record::Cursor;
@@ -453,14 +454,6 @@ impl SetOf {
 /// Slot numbers checked per piece of an ordered set; pieces are checked on two threads.
 const SET_PIECE: usize = 1 << 16;
 
-/// The key of `slot` in the ordered sets (a checked slot, so always there).
-fn set_key(slots: &ChunkVec<VersionEntry>, slot: u32) -> (i64, u32) {
-    let timestamp = slots
-        .get(usize::try_from(slot).unwrap_or(usize::MAX))
-        .map_or(i64::MAX, |v| v.timestamp);
-    (timestamp, slot)
-}
-
 /// Checks a piece of an ordered set: its slots must be stored versions that belong to the set, in
 /// strictly ascending (timestamp, slot) order.
 fn check_set_piece(slots: &ChunkVec<VersionEntry>, set: SetOf, piece: &[u8]) -> Result<(), String> {
@@ -518,7 +511,7 @@ fn decode_sets(
         for at in (SET_PIECE..numbers.len()).step_by(SET_PIECE) {
             let (before, after) = (numbers.get(at - 1), numbers.get(at));
             if let (Some(before), Some(after)) = (before, after) {
-                if set_key(slots, *before) >= set_key(slots, *after) {
+                if key_of(slots, *before) >= key_of(slots, *after) {
                     return Err(format!("{} is not in order", set.name()));
                 }
             }

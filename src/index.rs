@@ -388,7 +388,7 @@ impl<T: Hash + Eq + Clone> Interner<T> {
 }
 
 /// The key of a slot in the ordered sets.
-fn key_of(slots: &ChunkVec<VersionEntry>, slot: u32) -> (i64, u32) {
+pub(crate) fn key_of(slots: &ChunkVec<VersionEntry>, slot: u32) -> (i64, u32) {
     let timestamp = slots
         .get(usize::try_from(slot).unwrap_or(usize::MAX))
         .map_or(i64::MAX, |v| v.timestamp);

@@ -48,8 +48,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Once};
+use std::sync::Arc;
 use std::time::Instant;
 
 use ctxlog::storage::SimDisk;
@@ -68,28 +67,6 @@ const T0: i64 = common::NOW;
 const T_END: i64 = T0 + 1_000;
 const TTL: u64 = 100;
 const BLOCK: usize = 4096;
-
-// ---------------------------------------------------------------------------------------------------
-// Panics on the store's own threads (its writer and maintenance threads, named `ctxlog-...`) are
-// counted: `catch_unwind` around each case catches those of the thread that opens the store.
-
-static PANICS: AtomicU64 = AtomicU64::new(0);
-
-fn count_panics() {
-    static HOOK: Once = Once::new();
-    HOOK.call_once(|| {
-        let previous = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            if std::thread::current()
-                .name()
-                .is_some_and(|name| name.starts_with("ctxlog-"))
-            {
-                PANICS.fetch_add(1, Ordering::SeqCst);
-            }
-            previous(info);
-        }));
-    });
-}
 
 // ---------------------------------------------------------------------------------------------------
 // The workload.
@@ -1107,9 +1084,9 @@ impl Tally {
 
 /// Runs `cases` on several threads; `depth` chooses each case's depth from its position.
 fn sweep(built: &Built, what: &str, cases: &[Case], depth: &(dyn Fn(usize) -> Depth + Sync)) -> Tally {
-    count_panics();
+    common::count_store_thread_panics();
     let started = Instant::now();
-    let panics_before = PANICS.load(Ordering::SeqCst);
+    let panics_before = common::store_thread_panics();
     // Each case spends part of its time waiting for the store's threads: more workers than cores.
     let workers = std::thread::available_parallelism()
         .map_or(2, |n| 3 * n.get())
@@ -1141,7 +1118,7 @@ fn sweep(built: &Built, what: &str, cases: &[Case], depth: &(dyn Fn(usize) -> De
         }
         total
     });
-    let panics = PANICS.load(Ordering::SeqCst) - panics_before;
+    let panics = common::store_thread_panics() - panics_before;
     if panics > 0 && tally.failures.is_empty() {
         tally
             .failures

@@ -34,7 +34,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Once};
+use std::sync::Arc;
 use std::time::Instant;
 
 use ctxlog::storage::{Call, CallKind, Fault, SimDisk};
@@ -511,26 +511,6 @@ type Job = (u64, Fault, Mode);
 const FAULTS: [Fault; 3] = [Fault::Io, Fault::NoSpace, Fault::ShortWrite];
 const MODES: [Mode; 2] = [Mode::Once, Mode::FromOn];
 
-/// Panics on the store's own threads (`ctxlog-writer`, `ctxlog-maintenance`), which a caller only
-/// sees as `Closed` errors and a log line.
-static STORE_THREAD_PANICS: AtomicUsize = AtomicUsize::new(0);
-
-fn count_store_thread_panics() {
-    static HOOK: Once = Once::new();
-    HOOK.call_once(|| {
-        let previous = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            if std::thread::current()
-                .name()
-                .is_some_and(|name| name.starts_with("ctxlog-"))
-            {
-                STORE_THREAD_PANICS.fetch_add(1, Ordering::SeqCst);
-            }
-            previous(info);
-        }));
-    });
-}
-
 /// What a run of the workload did.
 #[derive(Default)]
 struct Outcome {
@@ -917,10 +897,10 @@ fn check_fault(
     let disk = SimDisk::new();
     disk.record_calls(true);
     disk.fail(k, if mode == Mode::Once { k } else { u64::MAX }, fault);
-    let panics = STORE_THREAD_PANICS.load(Ordering::SeqCst);
+    let panics = common::store_thread_panics();
     let out = catch_unwind(AssertUnwindSafe(|| run(&disk, steps, Some(mode))))
         .map_err(|panic| format!("the workload panicked: {}", panic_message(&*panic)))??;
-    if STORE_THREAD_PANICS.load(Ordering::SeqCst) != panics {
+    if common::store_thread_panics() != panics {
         return Err("a store thread panicked".into());
     }
     let log = disk.call_log();
@@ -963,7 +943,7 @@ fn check_fault(
         Ok(())
     }))
     .map_err(|panic| format!("recovery panicked: {}", panic_message(&*panic)))??;
-    if STORE_THREAD_PANICS.load(Ordering::SeqCst) != panics {
+    if common::store_thread_panics() != panics {
         return Err("a store thread panicked during recovery".into());
     }
     Ok(hit)
@@ -1003,7 +983,7 @@ fn step_of(boundaries: &[(u64, &'static str)], index: u64) -> &'static str {
 
 #[test]
 fn every_storage_call_of_a_reference_workload_fails_with_eio_enospc_and_a_short_write() {
-    count_store_thread_panics();
+    common::count_store_thread_panics();
     let started = Instant::now();
     let steps = reference_workload();
 

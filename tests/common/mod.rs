@@ -3,7 +3,8 @@
 #![allow(dead_code)]
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Once};
 
 use ctxlog::*;
 use serde_json::Value;
@@ -143,4 +144,30 @@ pub fn run_until_killed<T: Send + 'static>(
         ended_early,
         status,
     }
+}
+
+static STORE_THREAD_PANICS: AtomicU64 = AtomicU64::new(0);
+
+/// Installs, once per test binary, a panic hook that counts panics on the store's own threads
+/// (`ctxlog-writer`, `ctxlog-maintenance`, ...), which a caller only sees as `Closed` errors and a
+/// log line; `catch_unwind` around a case catches only those of the calling thread.
+pub fn count_store_thread_panics() {
+    static HOOK: Once = Once::new();
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if std::thread::current()
+                .name()
+                .is_some_and(|name| name.starts_with("ctxlog-"))
+            {
+                STORE_THREAD_PANICS.fetch_add(1, Ordering::SeqCst);
+            }
+            previous(info);
+        }));
+    });
+}
+
+/// Panics counted on the store's own threads since [`count_store_thread_panics`] was first called.
+pub fn store_thread_panics() -> u64 {
+    STORE_THREAD_PANICS.load(Ordering::SeqCst)
 }
