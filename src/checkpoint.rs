@@ -11,8 +11,8 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::index::{
-    key_of, ChunkVec, IdTable, Index, Interner, KeySet, Location, PinInfo, VersionEntry, VersionState, CHUNK, NO_SLOT,
-    SEQ_OPEN,
+    ChunkVec, IdTable, Index, Interner, KeySet, Location, PinInfo, VersionEntry, VersionState, CHUNK, NAME_CHUNK,
+    NO_SLOT, SEQ_OPEN,
 };
 use crate::item::{Scope, TypeSpec};
 use crate::log::record::Cursor;
@@ -22,13 +22,8 @@ use crate::store::Shared;
 
 /// The magic bytes that open every checkpoint file.
 const CHECKPOINT_MAGIC: [u8; 8] = *b"CTXLOGCP";
-/// Header flag: the body is stored LZ4-compressed, in independent blocks (see [`seal`]).
-const FLAG_LZ4: u32 = 1;
 /// The checkpoint format version this build writes and reads.
-const CHECKPOINT_VERSION: u32 = 3;
-/// Uncompressed bytes per LZ4 block of the body: every block but the last holds exactly this many.
-/// Blocks are compressed and decompressed independently, on two threads.
-const LZ4_BLOCK: usize = 1 << 20;
+const CHECKPOINT_VERSION: u32 = 4;
 /// Bytes of the checkpoint header: magic, version, reserved, seq, body length.
 const CHECKPOINT_HEADER_BYTES: usize = 8 + 4 + 4 + 8 + 8;
 /// Bytes of one version in the version table.
@@ -151,8 +146,28 @@ fn encode_body(index: &Index, segments: &[SegmentMark]) -> Vec<u8> {
     }
     put_count(&mut body, index.id_count());
     let ids = u32::try_from(index.id_count()).unwrap_or(u32::MAX);
+    // The names as the name arena holds them: a length per id, then chunks of whole names.
+    let mut chunk_ends = Vec::new();
+    let mut names = Vec::with_capacity(index.id_count() * 16);
+    let mut chunk_start = 0;
     for id in 0..ids {
-        put_u8_str(&mut body, index.id_name(id));
+        let name = index.id_name(id);
+        if names.len() - chunk_start + name.len() > NAME_CHUNK {
+            chunk_ends.push(names.len());
+            chunk_start = names.len();
+        }
+        body.push(u8::try_from(name.len()).unwrap_or(u8::MAX));
+        names.extend_from_slice(name.as_bytes());
+    }
+    if !names.is_empty() {
+        chunk_ends.push(names.len());
+    }
+    put_count(&mut body, chunk_ends.len());
+    let mut from = 0;
+    for end in chunk_ends {
+        put_count(&mut body, end - from);
+        body.extend_from_slice(names.get(from..end).unwrap_or_default());
+        from = end;
     }
     let deleted: Vec<(u32, u32)> = (0..ids)
         .filter_map(|id| index.id_at(id).filter(|e| e.deletes > 0).map(|e| (id, e.deletes)))
@@ -177,123 +192,45 @@ fn encode_body(index: &Index, segments: &[SegmentMark]) -> Vec<u8> {
     for version in index.slots.iter().filter(|v| v.state != VersionState::Forgotten) {
         encode_version(&mut body, version);
     }
-    let put_set = |body: &mut Vec<u8>, set: &KeySet| {
-        let slots = set.sorted_slots(&index.slots);
-        put_count(body, slots.len());
-        for slot in slots {
-            let number = renumber.get(usize::try_from(slot).unwrap_or(usize::MAX)).copied();
-            body.extend_from_slice(&number.unwrap_or(NO_SLOT).to_le_bytes());
-        }
-    };
-    put_set(&mut body, &index.by_time);
-    put_count(&mut body, index.by_type.len());
-    for set in &index.by_type {
-        put_set(&mut body, set);
+    // The time set in full; the type and scope sets are the same order filtered, so only their
+    // sizes are stored.
+    let slots = index.by_time.sorted_slots(&index.slots);
+    put_count(&mut body, slots.len());
+    for slot in slots {
+        let number = renumber.get(usize::try_from(slot).unwrap_or(usize::MAX)).copied();
+        body.extend_from_slice(&number.unwrap_or(NO_SLOT).to_le_bytes());
     }
-    put_count(&mut body, index.by_scope.len());
-    for set in &index.by_scope {
-        put_set(&mut body, set);
+    let mut per_type = vec![0u32; index.kinds.len()];
+    let mut per_scope = vec![0u32; index.scopes.len()];
+    for version in index.slots.iter().filter(|v| v.is_stored()) {
+        if let Some(count) = per_type.get_mut(usize::from(version.kind)) {
+            *count += 1;
+        }
+        if let Some(count) = per_scope.get_mut(usize::try_from(version.scope).unwrap_or(usize::MAX)) {
+            *count += 1;
+        }
+    }
+    for counts in [per_type, per_scope] {
+        put_count(&mut body, counts.len());
+        for count in counts {
+            body.extend_from_slice(&count.to_le_bytes());
+        }
     }
     body
 }
 
-/// The checkpoint file for `seq` around `body`: header, LZ4-compressed body, CRC. Needs no lock.
-///
-/// The stored body is the body's length (u64), the number of blocks (u32), then for each block of
-/// [`LZ4_BLOCK`] bytes of the body (the last may be shorter) its length (u32), the length of its LZ4
-/// block (u32) and that block.
+/// The checkpoint file for `seq` around `body`: header, body, CRC. Needs no lock.
 fn seal(seq: u64, body: &[u8]) -> Vec<u8> {
-    let blocks: Vec<&[u8]> = body.chunks(LZ4_BLOCK).collect();
-    let count = u32::try_from(blocks.len()).unwrap_or(u32::MAX);
-    // Fixed-width tables are mostly small numbers: LZ4 roughly halves them.
-    let compressed = on_two_threads(blocks, |raw| (raw.len(), lz4_flex::block::compress(raw)));
-    let stored_len = 8 + 4 + compressed.iter().map(|(_, block)| 8 + block.len()).sum::<usize>();
-    let mut out = Vec::with_capacity(CHECKPOINT_HEADER_BYTES + stored_len + 4);
+    let mut out = Vec::with_capacity(CHECKPOINT_HEADER_BYTES + body.len() + 4);
     out.extend_from_slice(&CHECKPOINT_MAGIC);
     out.extend_from_slice(&CHECKPOINT_VERSION.to_le_bytes());
-    out.extend_from_slice(&FLAG_LZ4.to_le_bytes());
+    out.extend_from_slice(&0u32.to_le_bytes());
     out.extend_from_slice(&seq.to_le_bytes());
-    out.extend_from_slice(&(stored_len as u64).to_le_bytes());
     out.extend_from_slice(&(body.len() as u64).to_le_bytes());
-    out.extend_from_slice(&count.to_le_bytes());
-    for (raw_len, block) in &compressed {
-        out.extend_from_slice(&u32::try_from(*raw_len).unwrap_or(u32::MAX).to_le_bytes());
-        out.extend_from_slice(&u32::try_from(block.len()).unwrap_or(u32::MAX).to_le_bytes());
-        out.extend_from_slice(block);
-    }
+    out.extend_from_slice(body);
     let crc = crc32fast::hash(&out);
     out.extend_from_slice(&crc.to_le_bytes());
     out
-}
-
-/// The body of a stored LZ4 body (see [`seal`]), its blocks decompressed on two threads.
-fn unseal(stored: &[u8]) -> Result<Vec<u8>, String> {
-    let mut c = Cursor::new(stored);
-    let e = |e: crate::log::record::DecodeError| e.0;
-    let raw_len = c.u64("body length").map_err(e)?;
-    let count = c.u32("block count").map_err(e)?;
-    let raw_len = usize::try_from(raw_len)
-        .ok()
-        .filter(|len| len.div_ceil(LZ4_BLOCK) == usize::try_from(count).unwrap_or(usize::MAX))
-        .ok_or_else(|| format!("a body of {raw_len} bytes cannot be {count} blocks"))?;
-    let mut blocks = Vec::with_capacity(bounded(count, 8, &c, stored.len(), "block")?);
-    let mut left = raw_len;
-    for number in 0..count {
-        let len = usize::try_from(c.u32("block length").map_err(e)?).unwrap_or(usize::MAX);
-        let block_len = usize::try_from(c.u32("LZ4 block length").map_err(e)?).unwrap_or(usize::MAX);
-        if len != left.min(LZ4_BLOCK) {
-            return Err(format!("block {number} holds {len} bytes, not {}", left.min(LZ4_BLOCK)));
-        }
-        left -= len;
-        blocks.push(c.take(block_len, "LZ4 block").map_err(e)?);
-    }
-    if !c.is_empty() {
-        return Err("bytes after the last block".into());
-    }
-    // Every block's length was checked against the body's, which the file's size bounds: LZ4
-    // expands a block at most 255 times.
-    if raw_len as u64 > (stored.len() as u64).saturating_mul(255) {
-        return Err(format!(
-            "the body claims {raw_len} bytes, more than its blocks can hold"
-        ));
-    }
-    // Zeroed memory comes from the system untouched: each page is written once, by its block.
-    let mut body = vec![0u8; raw_len];
-    let jobs: Vec<(&[u8], &mut [u8])> = blocks.into_iter().zip(body.chunks_mut(LZ4_BLOCK)).collect();
-    let results = on_two_threads(jobs, |(block, out)| {
-        match lz4_flex::block::decompress_into(block, out) {
-            Ok(len) if len == out.len() => Ok(()),
-            Ok(len) => Err(format!("a block decompresses to {len} bytes, not {}", out.len())),
-            Err(e) => Err(format!("the body does not decompress: {e}")),
-        }
-    });
-    results.into_iter().collect::<Result<(), String>>()?;
-    Ok(body)
-}
-
-/// Runs `work` on every item, in order, the second half of them on another thread when one can be
-/// started (on this one otherwise).
-fn on_two_threads<T: Send, R: Send>(mut items: Vec<T>, work: impl Fn(T) -> R + Sync) -> Vec<R> {
-    if items.len() < 2 {
-        return items.into_iter().map(work).collect();
-    }
-    let rest = std::sync::Mutex::new(items.split_off(items.len() / 2));
-    let run_rest = || {
-        let items = std::mem::take(&mut *rest.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
-        items.into_iter().map(&work).collect::<Vec<R>>()
-    };
-    std::thread::scope(|scope| {
-        let other = std::thread::Builder::new()
-            .name("ctxlog-checkpoint".into())
-            .spawn_scoped(scope, run_rest);
-        let mut out: Vec<R> = items.into_iter().map(&work).collect();
-        let rest = match other {
-            Ok(handle) => handle.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
-            Err(_) => run_rest(),
-        };
-        out.extend(rest);
-        out
-    })
 }
 
 /// One version, 72 bytes: seq_created u64, seq_ended u64 (u64::MAX while open), timestamp i64,
@@ -326,6 +263,7 @@ fn encode_version(body: &mut Vec<u8>, version: &VersionEntry) {
     body.extend_from_slice(&version.location.crc.to_le_bytes());
 }
 
+#[inline]
 fn le_u64(bytes: &[u8], at: usize) -> u64 {
     bytes
         .get(at..at + 8)
@@ -333,6 +271,7 @@ fn le_u64(bytes: &[u8], at: usize) -> u64 {
         .map_or(0, u64::from_le_bytes)
 }
 
+#[inline]
 fn le_u32(bytes: &[u8], at: usize) -> u32 {
     bytes
         .get(at..at + 4)
@@ -344,11 +283,18 @@ fn le_u32(bytes: &[u8], at: usize) -> u32 {
 struct Bounds<'a> {
     seq: u64,
     ids: usize,
-    segment_lens: &'a BTreeMap<u32, u64>,
+    /// (number, length) of each recorded segment, by number.
+    segment_lens: &'a [(u32, u64)],
     tables: (usize, usize, usize),
 }
 
-fn decode_version(bytes: &[u8], bounds: &Bounds<'_>) -> Result<VersionEntry, String> {
+/// Decodes one row of the version table. `segment` is the (number, length) of the segment the
+/// previous row pointed into: rows mostly point into the same segment as the row before.
+fn decode_version(
+    bytes: &[u8; VERSION_BYTES],
+    bounds: &Bounds<'_>,
+    segment: &mut (u32, u64),
+) -> Result<VersionEntry, String> {
     let seq_created = le_u64(bytes, 0);
     let seq_ended = le_u64(bytes, 8);
     let timestamp = le_u64(bytes, 16) as i64;
@@ -382,10 +328,15 @@ fn decode_version(bytes: &[u8], bounds: &Bounds<'_>) -> Result<VersionEntry, Str
             return Err("a table number is out of range".into());
         }
     }
-    let fits = bounds
-        .segment_lens
-        .get(&location.segment)
-        .is_some_and(|len| u64::from(location.offset) + u64::from(location.len) <= *len);
+    if segment.0 != location.segment {
+        *segment = bounds
+            .segment_lens
+            .binary_search_by_key(&location.segment, |(number, _)| *number)
+            .ok()
+            .and_then(|at| bounds.segment_lens.get(at))
+            .map_or((location.segment, 0), |known| *known);
+    }
+    let fits = u64::from(location.offset) + u64::from(location.len) <= segment.1;
     if !fits {
         return Err("it points outside the recorded segments".into());
     }
@@ -424,190 +375,131 @@ fn get_str<'a>(cursor: &mut Cursor<'a>, len: usize, what: &str) -> Result<&'a st
     std::str::from_utf8(bytes).map_err(|_| format!("{what} is not UTF-8"))
 }
 
-/// Which ordered set a run of slot numbers belongs to.
-#[derive(Clone, Copy)]
-enum SetOf {
-    Time,
-    Type(u32),
-    Scope(u32),
-}
-
-impl SetOf {
-    fn name(self) -> &'static str {
-        match self {
-            SetOf::Time => "time set",
-            SetOf::Type(_) => "type set",
-            SetOf::Scope(_) => "scope set",
-        }
-    }
-
-    fn holds(self, version: &VersionEntry) -> bool {
-        version.is_stored()
-            && match self {
-                SetOf::Time => true,
-                SetOf::Type(kind) => u32::from(version.kind) == kind,
-                SetOf::Scope(scope) => version.scope == scope,
-            }
-    }
-}
-
-/// Slot numbers checked per piece of an ordered set; pieces are checked on two threads.
-const SET_PIECE: usize = 1 << 16;
-
-/// Checks a piece of an ordered set: its slots must be stored versions that belong to the set, in
-/// strictly ascending (timestamp, slot) order.
-fn check_set_piece(slots: &ChunkVec<VersionEntry>, set: SetOf, piece: &[u8]) -> Result<(), String> {
-    let mut last: Option<(i64, u32)> = None;
-    for raw in piece.chunks_exact(4) {
-        let slot = le_u32(raw, 0);
-        let version = slots
-            .get(usize::try_from(slot).unwrap_or(usize::MAX))
-            .filter(|v| set.holds(v))
-            .ok_or_else(|| format!("{} lists slot {slot}, which does not belong there", set.name()))?;
-        let key = (version.timestamp, slot);
-        if last.is_some_and(|last| last >= key) {
-            return Err(format!("{} is not in order", set.name()));
-        }
-        last = Some(key);
-    }
-    Ok(())
-}
-
-/// Reads the ordered sets: the time set, the type sets, the scope sets (see [`check_set_piece`]).
-fn decode_sets(
-    c: &mut Cursor<'_>,
-    total: usize,
-    slots: &ChunkVec<VersionEntry>,
-) -> Result<(Vec<KeySet>, Vec<KeySet>, KeySet), String> {
-    let e = |e: crate::log::record::DecodeError| e.0;
-    fn read<'a>(c: &mut Cursor<'a>, total: usize, set: SetOf) -> Result<(SetOf, &'a [u8]), String> {
-        let count = c.u32("set size").map_err(|e| e.0)?;
-        let count = bounded(count, 4, c, total, set.name())?;
-        Ok((set, c.take(count * 4, set.name()).map_err(|e| e.0)?))
-    }
-    let mut sets = vec![read(c, total, SetOf::Time)?];
-    let types = c.u32("type set count").map_err(e)?;
-    bounded(types, 4, c, total, "type set")?;
-    for kind in 0..types {
-        sets.push(read(c, total, SetOf::Type(kind))?);
-    }
-    let scopes = c.u32("scope set count").map_err(e)?;
-    bounded(scopes, 4, c, total, "scope set")?;
-    for scope in 0..scopes {
-        sets.push(read(c, total, SetOf::Scope(scope))?);
-    }
-    let pieces: Vec<(SetOf, &[u8])> = sets
-        .iter()
-        .flat_map(|(set, bytes)| bytes.chunks(SET_PIECE * 4).map(|piece| (*set, piece)))
-        .collect();
-    on_two_threads(pieces, |(set, piece)| check_set_piece(slots, set, piece))
-        .into_iter()
-        .collect::<Result<(), String>>()?;
-    let mut by_time = KeySet::default();
-    let (mut by_type, mut by_scope) = (Vec::new(), Vec::new());
-    for (set, bytes) in sets {
-        let numbers: Vec<u32> = bytes.chunks_exact(4).map(|raw| le_u32(raw, 0)).collect();
-        // Where one piece ends and the next begins, the order must hold too.
-        for at in (SET_PIECE..numbers.len()).step_by(SET_PIECE) {
-            let (before, after) = (numbers.get(at - 1), numbers.get(at));
-            if let (Some(before), Some(after)) = (before, after) {
-                if key_of(slots, *before) >= key_of(slots, *after) {
-                    return Err(format!("{} is not in order", set.name()));
-                }
-            }
-        }
-        let keys = KeySet::from_sorted(numbers);
-        match set {
-            SetOf::Time => by_time = keys,
-            SetOf::Type(_) => by_type.push(keys),
-            SetOf::Scope(_) => by_scope.push(keys),
-        }
-    }
-    Ok((by_type, by_scope, by_time))
-}
-
-/// The parts of a checkpoint body after the id names: the deleted ids, the version table and the
-/// ordered sets.
-type Tables = (
-    Vec<(u32, u32)>,
-    ChunkVec<VersionEntry>,
-    (Vec<KeySet>, Vec<KeySet>, KeySet),
-    (Interner<Box<str>>, Interner<Scope>, Interner<Box<str>>),
-);
-
-/// Decodes what follows the id names (see [`Tables`]), checking it against the segments and tables
-/// before it.
-fn decode_tables(
-    c: &mut Cursor<'_>,
-    total: usize,
-    seq: u64,
-    id_count: usize,
-    segments: &[SegmentMark],
-    tables: (Interner<Box<str>>, Interner<Scope>, Interner<Box<str>>),
-) -> Result<Tables, String> {
-    let e = |e: crate::log::record::DecodeError| e.0;
-    let segment_lens: BTreeMap<u32, u64> = segments.iter().map(|m| (m.number, m.len)).collect();
-    let count = c.u32("deleted id count").map_err(e)?;
-    let count = bounded(count, 8, c, total, "deleted id")?;
-    let mut deletes = Vec::with_capacity(count);
-    for _ in 0..count {
-        let id = c.u32("deleted id").map_err(e)?;
-        let times = c.u32("deletes").map_err(e)?;
-        if usize::try_from(id).map_or(true, |id| id >= id_count) {
-            return Err(format!("deleted id number {id} is out of range"));
-        }
-        deletes.push((id, times));
-    }
-    let count = c.u32("version count").map_err(e)?;
-    let count = bounded(count, VERSION_BYTES, c, total, "version")?;
-    let table = c.take(count * VERSION_BYTES, "versions").map_err(e)?;
-    let bounds = Bounds {
-        seq,
-        ids: id_count,
-        segment_lens: &segment_lens,
-        tables: (tables.0.len(), tables.1.len(), tables.2.len()),
-    };
-    // Straight into chunks of the index's own size: no copy of the whole table.
-    let mut chunks = Vec::with_capacity(count.div_ceil(CHUNK));
-    for rows in table.chunks(CHUNK * VERSION_BYTES) {
-        let mut chunk = Vec::with_capacity(CHUNK);
-        for raw in rows.chunks_exact(VERSION_BYTES) {
-            let version = decode_version(raw, &bounds)
-                .map_err(|reason| format!("version {}: {reason}", chunks.len() * CHUNK + chunk.len()))?;
-            chunk.push(version);
-        }
-        chunks.push(chunk);
-    }
-    let slots = ChunkVec::from_chunks(chunks);
-    let (by_type, by_scope, by_time) = decode_sets(c, total, &slots)?;
-    if !c.is_empty() {
-        return Err("bytes after the last table".into());
-    }
-    // Every stored version must be in each kind of set once: the sets are strictly ordered and hold
-    // only stored versions of their own type or scope, so equal counts mean none is missing.
-    let stored = slots.iter().filter(|v| v.is_stored()).count();
-    let complete = by_time.len() == stored
-        && by_type.iter().map(KeySet::len).sum::<usize>() == stored
-        && by_scope.iter().map(KeySet::len).sum::<usize>() == stored;
-    if !complete {
-        return Err("the ordered sets do not list every stored version".into());
-    }
-    Ok((deletes, slots, (by_type, by_scope, by_time), tables))
-}
-
-/// The id names of a checkpoint, each a u8 length and that many bytes of UTF-8.
-fn names_in(bytes: &[u8]) -> impl Iterator<Item = Result<&str, String>> {
-    let mut c = Cursor::new(bytes);
-    std::iter::from_fn(move || {
-        if c.is_empty() {
-            return None;
-        }
-        Some(
-            c.u8("id length")
-                .map_err(|e| e.0)
-                .and_then(|len| get_str(&mut c, usize::from(len), "id")),
-        )
+/// Runs `first` on another thread (on this one when no thread can be started) while this one runs
+/// `second`. `first`'s result is always there unless its thread panicked, which is passed on.
+fn join<A: Send, B>(first: impl FnOnce() -> A + Send, second: impl FnOnce() -> B) -> (Option<A>, B) {
+    let first = std::sync::Mutex::new(Some(first));
+    let take = || first.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+    std::thread::scope(|scope| {
+        let other = std::thread::Builder::new()
+            .name("ctxlog-checkpoint".into())
+            .spawn_scoped(scope, || take().map(|work| work()));
+        let b = second();
+        let a = match other {
+            Ok(handle) => handle.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+            Err(_) => None,
+        };
+        // The other thread did not start (or found nothing to do): the work is done here.
+        let a = a.or_else(|| take().map(|work| work()));
+        (a, b)
     })
+}
+
+/// Version table rows decoded by the two threads, a chunk of the index at a time: whichever thread
+/// is free takes the next chunk.
+struct VersionRows<'a> {
+    rows: &'a [u8],
+    next: std::sync::atomic::AtomicUsize,
+    bounds: Bounds<'a>,
+}
+
+/// Decoded chunks: (chunk number, versions, how many of them are stored).
+type DecodedChunks = Vec<(usize, Vec<VersionEntry>, usize)>;
+
+impl VersionRows<'_> {
+    fn decode_chunks(&self) -> Result<DecodedChunks, String> {
+        let mut done = Vec::new();
+        loop {
+            let number = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let Some(rows) = self.rows.chunks(CHUNK * VERSION_BYTES).nth(number) else {
+                return Ok(done);
+            };
+            let mut chunk = Vec::with_capacity(CHUNK);
+            let mut stored = 0;
+            // A segment number no row can have, so that the first row looks its segment up.
+            let mut segment = (u32::MAX, 0);
+            for raw in rows.chunks_exact(VERSION_BYTES) {
+                let Ok(raw) = <&[u8; VERSION_BYTES]>::try_from(raw) else {
+                    break;
+                };
+                let version = decode_version(raw, &self.bounds, &mut segment)
+                    .map_err(|reason| format!("version {}: {reason}", number * CHUNK + chunk.len()))?;
+                stored += usize::from(version.is_stored());
+                chunk.push(version);
+            }
+            done.push((number, chunk, stored));
+        }
+    }
+}
+
+/// The type and scope sets from the time set (slot numbers sorted by (timestamp, slot)) and their
+/// sizes: they hold the same slots in the same order. The time set must list only stored versions,
+/// strictly in order, and the sizes must match.
+fn derive_sets(
+    time: &[u32],
+    slots: &ChunkVec<VersionEntry>,
+    type_sizes: &[u32],
+    scope_sizes: &[u32],
+) -> Result<(Vec<KeySet>, Vec<KeySet>), String> {
+    for (sizes, what) in [(type_sizes, "type"), (scope_sizes, "scope")] {
+        if sizes.iter().map(|n| *n as usize).sum::<usize>() != time.len() {
+            return Err(format!("the {what} set sizes do not add up to the time set's"));
+        }
+    }
+    let stored = |slot: u32| {
+        slots
+            .get(usize::try_from(slot).unwrap_or(usize::MAX))
+            .filter(|v| v.is_stored())
+    };
+    // Each set gets exactly the capacity its size announces (the sizes add up to the time set's,
+    // which the file's length bounds) and may not go beyond it; as every slot of the time set goes
+    // to one set of each kind, every set then ends up exactly full.
+    let fill = |sizes: &[u32], pick: &dyn Fn(&VersionEntry) -> usize, what: &str| {
+        let mut sets: Vec<Vec<u32>> = sizes.iter().map(|n| Vec::with_capacity(*n as usize)).collect();
+        for slot in time {
+            if let Some(version) = stored(*slot) {
+                let set = sets
+                    .get_mut(pick(version))
+                    .filter(|set| set.len() < set.capacity())
+                    .ok_or_else(|| format!("a {what} set holds more slots than its size"))?;
+                set.push(*slot);
+            }
+        }
+        Ok::<_, String>(sets.into_iter().map(KeySet::from_sorted).collect::<Vec<KeySet>>())
+    };
+    let (by_scope, by_type) = join(
+        || {
+            fill(
+                scope_sizes,
+                &|v| usize::try_from(v.scope).unwrap_or(usize::MAX),
+                "scope",
+            )
+        },
+        || {
+            let mut last: Option<(i64, u32)> = None;
+            for slot in time {
+                let version =
+                    stored(*slot).ok_or_else(|| format!("the time set lists slot {slot}, which is not stored"))?;
+                let key = (version.timestamp, *slot);
+                if last.is_some_and(|last| last >= key) {
+                    return Err("the time set is not in order".to_string());
+                }
+                last = Some(key);
+            }
+            fill(type_sizes, &|v| usize::from(v.kind), "type")
+        },
+    );
+    let by_type = by_type?;
+    let by_scope = by_scope.ok_or("the scope sets were not built")??;
+    Ok((by_type, by_scope))
+}
+
+/// A u32 count and that many u32 numbers.
+fn read_u32s(c: &mut Cursor<'_>, total: usize, what: &str) -> Result<Vec<u32>, String> {
+    let count = c.u32(what).map_err(|e| e.0)?;
+    let count = bounded(count, 4, c, total, what)?;
+    let bytes = c.take(count * 4, what).map_err(|e| e.0)?;
+    Ok(bytes.chunks_exact(4).map(|raw| le_u32(raw, 0)).collect())
 }
 
 /// Frees a large buffer on another thread: unmapping a few hundred MiB takes tens of milliseconds
@@ -658,7 +550,7 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Loaded, String> {
         ));
     }
     let flags = c.u32("flags").map_err(e)?;
-    if flags & !FLAG_LZ4 != 0 {
+    if flags != 0 {
         return Err(format!("unknown checkpoint flags {flags:#x}"));
     }
     let seq = c.u64("seq").map_err(e)?;
@@ -667,13 +559,9 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Loaded, String> {
         return Err("body length does not match the file".into());
     }
     let stored = covered.get(CHECKPOINT_HEADER_BYTES..).unwrap_or_default();
-    let body: std::borrow::Cow<'_, [u8]> = if flags & FLAG_LZ4 == 0 {
-        std::borrow::Cow::Borrowed(stored)
-    } else {
-        std::borrow::Cow::Owned(unseal(stored)?)
-    };
+    let body = stored;
     let total = body.len();
-    let mut c = Cursor::new(&body);
+    let mut c = Cursor::new(body);
 
     let count = c.u32("segment count").map_err(e)?;
     let mut segments = Vec::with_capacity(bounded(count, 16, &c, total, "segment")?);
@@ -747,37 +635,75 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Loaded, String> {
     }
     let count = c.u32("id count").map_err(e)?;
     let id_count = bounded(count, 1, &c, total, "id")?;
-    // The names are only skipped here: another thread checks them and builds the id table while
-    // this one decodes the versions and the ordered sets.
-    let names_at = c.position();
-    for _ in 0..id_count {
-        let len = usize::from(c.u8("id length").map_err(e)?);
-        c.take(len, "id").map_err(e)?;
+    let lengths = c.take(id_count, "id name lengths").map_err(e)?;
+    let count = c.u32("name chunk count").map_err(e)?;
+    let mut chunks = Vec::with_capacity(bounded(count, 4, &c, total, "name chunk")?);
+    for _ in 0..count {
+        let len = usize::try_from(c.u32("name chunk length").map_err(e)?).unwrap_or(usize::MAX);
+        chunks.push(c.take(len, "name chunk").map_err(e)?);
     }
-    let names = body.get(names_at..c.position()).unwrap_or_default();
-    let build_ids = || IdTable::from_names(id_count, names_in(names));
-    let mut index = std::thread::scope(|scope| {
-        let ids = std::thread::Builder::new()
-            .name("ctxlog-checkpoint".into())
-            .spawn_scoped(scope, build_ids);
-        let rest = decode_tables(&mut c, total, seq, id_count, &segments, (kinds, scopes, sources));
-        let ids = match ids {
-            Ok(handle) => handle
-                .join()
-                .unwrap_or_else(|_| Err("building the id table failed".into())),
-            // No thread to be had: the same work here.
-            Err(_) => build_ids(),
-        };
-        let (deletes, slots, sets, tables) = rest?;
-        let mut ids = ids?;
-        for (id, times) in deletes {
-            ids.set_deletes(id, times)?;
+    let count = c.u32("deleted id count").map_err(e)?;
+    let count = bounded(count, 8, &c, total, "deleted id")?;
+    let mut deletes = Vec::with_capacity(count);
+    for _ in 0..count {
+        let id = c.u32("deleted id").map_err(e)?;
+        let times = c.u32("deletes").map_err(e)?;
+        if usize::try_from(id).map_or(true, |id| id >= id_count) {
+            return Err(format!("deleted id number {id} is out of range"));
         }
-        Index::from_checkpoint(seq, ids, slots, sets, tables)
-    })?;
-    if let std::borrow::Cow::Owned(raw) = body {
-        drop_in_background(raw);
+        deletes.push((id, times));
     }
+    let count = c.u32("version count").map_err(e)?;
+    let count = bounded(count, VERSION_BYTES, &c, total, "version")?;
+    let rows = c.take(count * VERSION_BYTES, "versions").map_err(e)?;
+    let time = read_u32s(&mut c, total, "time set")?;
+    let type_sizes = read_u32s(&mut c, total, "type set sizes")?;
+    let scope_sizes = read_u32s(&mut c, total, "scope set sizes")?;
+    if !c.is_empty() {
+        return Err("bytes after the last table".into());
+    }
+    if type_sizes.len() != kinds.len() || scope_sizes.len() != scopes.len() {
+        return Err("the set sizes do not match the type and scope tables".into());
+    }
+    let mut segment_lens: Vec<(u32, u64)> = segments.iter().map(|m| (m.number, m.len)).collect();
+    segment_lens.sort_unstable();
+    let versions = VersionRows {
+        rows,
+        next: std::sync::atomic::AtomicUsize::new(0),
+        bounds: Bounds {
+            seq,
+            ids: id_count,
+            segment_lens: &segment_lens,
+            tables: (kinds.len(), scopes.len(), sources.len()),
+        },
+    };
+    // One thread builds the id table, then helps with the versions; the other decodes versions.
+    let (ids_and_versions, versions_here) = join(
+        || {
+            let ids = IdTable::from_name_chunks(&chunks, lengths);
+            (ids, versions.decode_chunks())
+        },
+        || versions.decode_chunks(),
+    );
+    let (ids, versions_there) = ids_and_versions.ok_or("the id table was not built")?;
+    let mut decoded = versions_here?;
+    decoded.extend(versions_there?);
+    decoded.sort_unstable_by_key(|(number, _, _)| *number);
+    let stored: usize = decoded.iter().map(|(_, _, stored)| stored).sum();
+    let slots = ChunkVec::from_chunks(decoded.into_iter().map(|(_, chunk, _)| chunk).collect());
+    if slots.len() != count {
+        return Err("the version table was not decoded whole".into());
+    }
+    if time.len() != stored {
+        return Err("the time set does not list every stored version".into());
+    }
+    let (by_type, by_scope) = derive_sets(&time, &slots, &type_sizes, &scope_sizes)?;
+    let sets = (by_type, by_scope, KeySet::from_sorted(time));
+    let mut ids = ids?;
+    for (id, times) in deletes {
+        ids.set_deletes(id, times)?;
+    }
+    let mut index = Index::from_checkpoint(seq, ids, slots, sets, (kinds, scopes, sources))?;
     index.registry = registry;
     index.pins = pins;
     Ok(Loaded { seq, segments, index })
@@ -894,7 +820,7 @@ mod tests {
         assert_eq!(loaded.index.versions_of(0).count(), 2);
 
         let mut twice = body.clone();
-        replace(&mut twice, b"\x02ab", b"\x02aa");
+        replace(&mut twice, b"aaab", b"aaaa");
         let why = decode(&seal(3, &twice)).err().expect("a name listed twice");
         assert!(why.contains("listed twice"), "{why}");
 
@@ -909,38 +835,82 @@ mod tests {
     }
 
     #[test]
-    fn bodies_of_many_blocks_round_trip_and_bad_block_tables_are_refused() {
-        // Two and a half blocks of bytes that compress a little.
-        let body: Vec<u8> = (0..LZ4_BLOCK * 5 / 2)
-            .map(|n| (n % 251) as u8 ^ (n / 4096) as u8)
-            .collect();
-        let file = seal(7, &body);
-        let stored = &file[CHECKPOINT_HEADER_BYTES..file.len() - 4];
-        assert_eq!(unseal(stored).expect("unseal"), body);
-        assert_eq!(
-            u32::from_le_bytes(stored[8..12].try_into().expect("4 bytes")),
-            3,
-            "blocks"
-        );
+    fn names_in_many_chunks_round_trip_and_bad_name_layouts_are_refused() {
+        // 2,000 ids of 100-byte names: four chunks of whole names.
+        let mut index = Index::default();
+        let here = Location {
+            segment: 1,
+            offset: 32,
+            len: 10,
+            crc: 0,
+        };
+        let name = |n: u64| format!("{n:0>100}");
+        for n in 0..2000u64 {
+            index.apply_put(n + 1, &crate::index::tests::put(&name(n), "1", n as i64), here);
+        }
+        index.seq = 2000;
+        let marks = [SegmentMark {
+            number: 1,
+            rewrites: 0,
+            len: 1000,
+        }];
+        let loaded = decode(&seal(2000, &encode_body(&index, &marks))).expect("intact");
+        assert_eq!(loaded.index.id_count(), 2000);
+        for n in [0, 654, 655, 1999] {
+            let found = loaded.index.visible(&name(n), 2000).map(|v| v.version.timestamp);
+            assert_eq!(found, Some(n as i64), "id {n}");
+            assert_eq!(loaded.index.id_name(u32::try_from(n).expect("small")), name(n));
+        }
+        assert!(loaded.index.visible(&name(2000), 2000).is_none());
 
-        // A block count that does not match the body's length.
-        let mut wrong = stored.to_vec();
-        wrong[8] = 2;
-        assert!(unseal(&wrong).expect_err("count").contains("cannot be 2 blocks"));
-        // A first block that claims fewer bytes than a whole block.
-        let mut short = stored.to_vec();
-        short[12..16].copy_from_slice(&1000u32.to_le_bytes());
-        assert!(unseal(&short).expect_err("length").contains("holds 1000 bytes"));
-        // A body length far beyond what the blocks could hold is refused before any allocation.
-        let mut huge = stored.to_vec();
-        let claimed = (LZ4_BLOCK as u64) * 1_000_000;
-        huge[0..8].copy_from_slice(&claimed.to_le_bytes());
-        huge[8..12].copy_from_slice(&1_000_000u32.to_le_bytes());
-        assert!(unseal(&huge).is_err());
-        // Trailing bytes.
-        let mut longer = stored.to_vec();
-        longer.push(0);
-        assert!(unseal(&longer).is_err());
+        let table = |chunks: &[&[u8]], lengths: &[u8]| IdTable::from_name_chunks(chunks, lengths).err();
+        assert!(table(&[b"abcd"], &[2, 2]).is_none());
+        assert!(table(&[], &[]).is_none());
+        let refused = [
+            (table(&[b"abcd"], &[2, 0, 2]), "empty name"),
+            (table(&[b"abc", b"d"], &[2, 2]), "does not fit"),
+            (table(&[b"abcd"], &[2, 3]), "does not fit"),
+            (table(&[b"abcde"], &[2, 2]), "after the last id name"),
+            (table(&[b"ab", b""], &[2]), "after the last id name"),
+            (table(&[b"abab"], &[2, 2]), "listed twice"),
+            (table(&[b"a\xff"], &[1, 1]), "not UTF-8"),
+            (table(&["aé".as_bytes()], &[2, 1]), "does not fit"),
+            (table(&[&vec![b'a'; NAME_CHUNK + 1]], &[255]), "more than"),
+        ];
+        for (why, expected) in refused {
+            let why = why.unwrap_or_default();
+            assert!(why.contains(expected), "{why:?} should say {expected:?}");
+        }
+    }
+
+    #[test]
+    fn ordered_sets_that_disagree_with_the_versions_are_refused() {
+        let (index, marks) = two_ids();
+        let body = encode_body(&index, &marks);
+        // The body ends with the time set (all three versions are stored, all at timestamp 10:
+        // slots 0, 1, 2), then the one type's set size and the one scope's.
+        let tail = body.len() - 16;
+        assert_eq!(&body[tail - 16..tail], [3, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0]);
+        assert_eq!(&body[tail..], [1, 0, 0, 0, 3, 0, 0, 0, 1, 0, 0, 0, 3, 0, 0, 0]);
+        let refused = |edit: &dyn Fn(&mut Vec<u8>)| {
+            let mut damaged = body.clone();
+            edit(&mut damaged);
+            decode(&seal(3, &damaged)).err().unwrap_or_default()
+        };
+        let swapped = refused(&|b| b[tail - 8..tail].copy_from_slice(&[2, 0, 0, 0, 1, 0, 0, 0]));
+        assert!(swapped.contains("not in order"), "{swapped}");
+        let unknown = refused(&|b| b[tail - 4..tail].copy_from_slice(&[5, 0, 0, 0]));
+        assert!(unknown.contains("slot 5, which is not stored"), "{unknown}");
+        let twice = refused(&|b| b[tail - 4..tail].copy_from_slice(&[1, 0, 0, 0]));
+        assert!(twice.contains("not in order"), "{twice}");
+        let sizes = refused(&|b| b[tail + 4..tail + 8].copy_from_slice(&[4, 0, 0, 0]));
+        assert!(sizes.contains("do not add up"), "{sizes}");
+        let short = refused(&|b| {
+            b.truncate(tail - 4);
+            b[tail - 16..tail - 12].copy_from_slice(&[2, 0, 0, 0]);
+            b.extend_from_slice(&[1, 0, 0, 0, 2, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0]);
+        });
+        assert!(short.contains("every stored version"), "{short}");
     }
 
     #[test]

@@ -206,7 +206,7 @@ impl<T> ChunkVec<T> {
 }
 
 /// Bytes per chunk of the name arena; a name (at most 255 bytes) never spans two.
-const NAME_CHUNK: usize = 1 << 16;
+pub(crate) const NAME_CHUNK: usize = 1 << 16;
 
 /// Id names, back to back in chunks that never move.
 #[derive(Debug, Clone, Default)]
@@ -244,11 +244,11 @@ impl NameArena {
     }
 }
 
-/// Id names loaded per batch from a checkpoint.
-const NAME_BATCH: usize = 8192;
+/// Ids per group when a checkpoint's id table is filled in the order of its buckets.
+const INSERT_GROUPS: usize = 1 << 8;
 
-/// The id half of an index, built from a checkpoint's list of id names (on its own thread, while
-/// the versions are decoded): per-id entries, the name arena and the lookup table.
+/// The id half of an index, built from a checkpoint's id names (on its own thread, while the
+/// versions are decoded): per-id entries, the name arena and the lookup table.
 pub(crate) struct IdTable {
     ids: ChunkVec<IdEntry>,
     names: NameArena,
@@ -257,62 +257,115 @@ pub(crate) struct IdTable {
 }
 
 impl IdTable {
-    /// A table of `names`, numbered in order; `count` is how many there are. A name listed twice is
-    /// an error.
-    pub(crate) fn from_names<'a>(
-        count: usize,
-        names: impl Iterator<Item = Result<&'a str, String>>,
-    ) -> Result<IdTable, String> {
+    /// The table of the ids whose names are stored in `chunks` as the name arena holds them: names
+    /// back to back, each chunk at most [`NAME_CHUNK`] bytes of UTF-8 and filled with whole names up
+    /// to its exact length. `lengths` has one byte per id, in the order of their numbers. An empty
+    /// name, a name that spans two chunks or splits a character, and a name listed twice are errors.
+    pub(crate) fn from_name_chunks(chunks: &[&[u8]], lengths: &[u8]) -> Result<IdTable, String> {
+        let mut arena = NameArena::default();
+        for (number, chunk) in chunks.iter().enumerate() {
+            if chunk.len() > NAME_CHUNK {
+                return Err(format!(
+                    "name chunk {number} holds {} bytes, more than {NAME_CHUNK}",
+                    chunk.len()
+                ));
+            }
+            let text = std::str::from_utf8(chunk).map_err(|_| format!("name chunk {number} is not UTF-8"))?;
+            let mut stored = String::with_capacity(NAME_CHUNK);
+            stored.push_str(text);
+            arena.chunks.push(stored);
+        }
+        let mut ids = ChunkVec::default();
+        let (mut chunk, mut offset) = (0usize, 0usize);
+        for (id, len) in lengths.iter().enumerate() {
+            let len = usize::from(*len);
+            if len == 0 {
+                return Err(format!("id number {id} has an empty name"));
+            }
+            if arena.chunks.get(chunk).is_some_and(|c| offset == c.len()) {
+                chunk += 1;
+                offset = 0;
+            }
+            let fits = arena.chunks.get(chunk).is_some_and(|c| {
+                offset + len <= c.len() && c.is_char_boundary(offset) && c.is_char_boundary(offset + len)
+            });
+            if !fits {
+                return Err(format!("the name of id number {id} does not fit its chunk"));
+            }
+            ids.push(IdEntry {
+                name: ((chunk as u64) << 24) | ((offset as u64) << 8) | len as u64,
+                latest: NO_SLOT,
+                deletes: 0,
+            });
+            offset += len;
+        }
+        let all_used = match arena.chunks.len().checked_sub(1) {
+            None => true,
+            Some(last) => chunk == last && arena.chunks.get(last).is_some_and(|c| offset == c.len()),
+        };
+        if !all_used {
+            return Err("the name chunks hold bytes after the last id name".into());
+        }
         let mut table = IdTable {
-            ids: ChunkVec::default(),
-            names: NameArena::default(),
-            by_name: HashTable::with_capacity(count),
+            ids,
+            names: arena,
+            by_name: HashTable::with_capacity(lengths.len()),
             hasher: foldhash::fast::RandomState::default(),
         };
-        // In batches, and each batch in passes over small arrays that stay in cache: the names, their
-        // hashes, the arena, the lookup table.
-        let mut names = names.peekable();
-        let mut batch: Vec<&str> = Vec::with_capacity(NAME_BATCH);
-        let mut hashes: Vec<u64> = Vec::with_capacity(NAME_BATCH);
-        while names.peek().is_some() {
-            batch.clear();
-            for name in names.by_ref().take(NAME_BATCH) {
-                batch.push(name?);
+        table.fill_lookup()?;
+        Ok(table)
+    }
+
+    /// Fills the name lookup. The ids are inserted grouped by where their hashes fall in the table,
+    /// so that the inserts walk the table front to back instead of jumping all over it.
+    fn fill_lookup(&mut self) -> Result<(), String> {
+        let (entries, arena, hasher) = (&self.ids, &self.names, &self.hasher);
+        let hashes: Vec<u64> = entries.iter().map(|e| hasher.hash_one(arena.get(e.name))).collect();
+        // The table's bucket count is a power of two and an id's bucket is its hash's low bits; a
+        // wrong guess only costs speed.
+        let buckets = (self.by_name.capacity() / 7 * 8).max(1).next_power_of_two();
+        let bits = buckets.trailing_zeros();
+        let shift = bits.saturating_sub(INSERT_GROUPS.trailing_zeros());
+        let group_of = |hash: u64| ((hash & (buckets as u64 - 1)) >> shift) as usize;
+        let mut starts = vec![0u32; INSERT_GROUPS + 1];
+        for hash in &hashes {
+            if let Some(count) = starts.get_mut(group_of(*hash) + 1) {
+                *count += 1;
             }
-            hashes.clear();
-            hashes.extend(batch.iter().map(|name| table.hasher.hash_one(name)));
-            let first = u32::try_from(table.ids.len()).unwrap_or(u32::MAX);
-            for name in &batch {
-                let handle = table.names.push(name);
-                table.ids.push(IdEntry {
-                    name: handle,
-                    latest: NO_SLOT,
-                    deletes: 0,
-                });
+        }
+        let mut sum = 0;
+        for start in &mut starts {
+            sum += *start;
+            *start = sum;
+        }
+        let mut order = vec![(0u64, 0u32); hashes.len()];
+        for (id, hash) in hashes.iter().enumerate() {
+            if let Some(next) = starts.get_mut(group_of(*hash)) {
+                if let Some(place) = order.get_mut(*next as usize) {
+                    *place = (*hash, u32::try_from(id).unwrap_or(NO_SLOT));
+                }
+                *next += 1;
             }
-            for (id, (name, hash)) in (first..).zip(batch.iter().zip(&hashes)) {
-                let (entries, arena, hasher) = (&table.ids, &table.names, &table.hasher);
-                let slot = table.by_name.entry(
-                    *hash,
-                    |known| {
-                        entries
-                            .get(position(*known))
-                            .is_some_and(|e| arena.get(e.name) == *name)
-                    },
-                    |known| hasher.hash_one(entries.get(position(*known)).map_or("", |e| arena.get(e.name))),
-                );
-                match slot {
-                    hashbrown::hash_table::Entry::Occupied(_) => return Err(format!("id {name:?} is listed twice")),
-                    hashbrown::hash_table::Entry::Vacant(vacant) => {
-                        vacant.insert(id);
-                    }
+        }
+        let name_of = |id: u32| entries.get(position(id)).map_or("", |e| arena.get(e.name));
+        for &(hash, id) in &order {
+            // Only ids of the same full hash have their names compared.
+            let slot = self.by_name.entry(
+                hash,
+                |known| hashes.get(position(*known)) == Some(&hash) && name_of(*known) == name_of(id),
+                |known| hasher.hash_one(name_of(*known)),
+            );
+            match slot {
+                hashbrown::hash_table::Entry::Occupied(_) => {
+                    return Err(format!("id {:?} is listed twice", name_of(id)));
+                }
+                hashbrown::hash_table::Entry::Vacant(vacant) => {
+                    vacant.insert(id);
                 }
             }
         }
-        if table.ids.len() != count {
-            return Err(format!("{} id names where {count} were announced", table.ids.len()));
-        }
-        Ok(table)
+        crate::checkpoint::drop_in_background((hashes, order));
+        Ok(())
     }
 
     /// Sets the delete count of id number `id`.

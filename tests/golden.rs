@@ -154,7 +154,7 @@ fn m1_v2_content() -> serde_json::Value {
     json!({"role": "user", "b": "edited again and again, ".repeat(12)})
 }
 
-/// The compacted store as this build writes it: segments of format 2, a checkpoint of format 3.
+/// The compacted store as this build writes it: segments of format 2, a checkpoint of format 4.
 fn compacted_fixture_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/format-v2-compacted")
 }
@@ -162,6 +162,11 @@ fn compacted_fixture_dir() -> PathBuf {
 /// The compacted store's checkpoint as checkpoint format 2 wrote it (over the same segments).
 fn checkpoint_v2_fixture_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/checkpoint-v2")
+}
+
+/// The compacted store's checkpoint as checkpoint format 3 wrote it (over the same segments).
+fn checkpoint_v3_fixture_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/checkpoint-v3")
 }
 
 /// The same store as the first release wrote it, with a checkpoint of format 1.
@@ -285,6 +290,7 @@ fn the_golden_compacted_store_opens_from_its_checkpoint_and_by_full_replay() {
         (checkpoint_v1_fixture_dir(), Some(checkpoint_v1_fixture_dir()), None),
         (checkpoint_v1_fixture_dir(), None, None),
         (compacted_fixture_dir(), Some(checkpoint_v2_fixture_dir()), None),
+        (compacted_fixture_dir(), Some(checkpoint_v3_fixture_dir()), None),
     ];
     for (fixture, checkpoint_from, started_from) in cases {
         let dir = tempfile::tempdir().expect("tempdir");
