@@ -451,21 +451,28 @@ fn derive_sets(
             .get(usize::try_from(slot).unwrap_or(usize::MAX))
             .filter(|v| v.is_stored())
     };
-    // Each set gets exactly the capacity its size announces (the sizes add up to the time set's,
-    // which the file's length bounds) and may not go beyond it; as every slot of the time set goes
-    // to one set of each kind, every set then ends up exactly full.
+    // Each set is allocated for the size it announces (the sizes add up to the time set's, which
+    // the file's length bounds) and may not go beyond it; as every slot of the time set goes to one
+    // set of each kind, every set then ends up exactly full.
     let fill = |sizes: &[u32], pick: &dyn Fn(&VersionEntry) -> usize, what: &str| {
-        let mut sets: Vec<Vec<u32>> = sizes.iter().map(|n| Vec::with_capacity(*n as usize)).collect();
+        let mut sets: Vec<(Vec<u32>, usize)> = sizes
+            .iter()
+            .map(|n| (Vec::with_capacity(*n as usize), *n as usize))
+            .collect();
         for slot in time {
             if let Some(version) = stored(*slot) {
-                let set = sets
+                let (set, _) = sets
                     .get_mut(pick(version))
-                    .filter(|set| set.len() < set.capacity())
+                    .filter(|(set, size)| set.len() < *size)
                     .ok_or_else(|| format!("a {what} set holds more slots than its size"))?;
                 set.push(*slot);
             }
         }
-        Ok::<_, String>(sets.into_iter().map(KeySet::from_sorted).collect::<Vec<KeySet>>())
+        Ok::<_, String>(
+            sets.into_iter()
+                .map(|(set, _)| KeySet::from_sorted(set))
+                .collect::<Vec<KeySet>>(),
+        )
     };
     let (by_scope, by_type) = join(
         || {
