@@ -26,6 +26,29 @@ const GROUP_BYTES_MAX: usize = 64 << 20;
 /// How long the writer waits for more writers to join a group, when the last group had several.
 const GROUP_LINGER: std::time::Duration = std::time::Duration::from_micros(100);
 
+/// How long the writer thread polls for the next command after a group of one write: its writer
+/// usually sends the next batch within microseconds of its answer.
+const LONE_POLL: std::time::Duration = std::time::Duration::from_micros(100);
+
+/// The next command: polled for up to `poll` (yielding the core between polls), then waited for.
+fn poll_then_recv(
+    commands: &Receiver<Command>,
+    poll: std::time::Duration,
+) -> std::result::Result<Command, crossbeam_channel::RecvError> {
+    let deadline = Instant::now() + poll;
+    loop {
+        match commands.try_recv() {
+            Ok(command) => return Ok(command),
+            Err(crossbeam_channel::TryRecvError::Disconnected) => return Err(crossbeam_channel::RecvError),
+            Err(crossbeam_channel::TryRecvError::Empty) => {}
+        }
+        if Instant::now() >= deadline {
+            return commands.recv();
+        }
+        std::thread::yield_now();
+    }
+}
+
 /// One operation of a batch.
 #[allow(
     clippy::large_enum_variant,
@@ -178,6 +201,11 @@ impl Writer {
                         Err(RecvTimeoutError::Disconnected) => break,
                     }
                 }
+                // After a group of one write, poll a moment before sleeping.
+                _ if self.last_group_writes == 1 => match poll_then_recv(commands, LONE_POLL) {
+                    Ok(command) => Some(command),
+                    Err(_) => break,
+                },
                 _ => match commands.recv() {
                     Ok(command) => Some(command),
                     Err(_) => break,
