@@ -785,17 +785,19 @@ mod tests {
         assert_eq!(parse_checkpoint_file_name("checkpoint-42.idx"), None);
     }
 
+    /// Where the test versions are: a record in segment 1.
+    const HERE: Location = Location {
+        segment: 1,
+        offset: 32,
+        len: 10,
+        crc: 0,
+    };
+
     /// A checkpoint of two ids, "aa" (two versions) and "ab", over segment 1.
     fn two_ids() -> (Index, Vec<SegmentMark>) {
         let mut index = Index::default();
-        let here = Location {
-            segment: 1,
-            offset: 32,
-            len: 10,
-            crc: 0,
-        };
         for (seq, id, version) in [(1, "aa", "1"), (2, "aa", "2"), (3, "ab", "1")] {
-            index.apply_put(seq, &crate::index::tests::put(id, version, 10), here);
+            index.apply_put(seq, &crate::index::tests::put(id, version, 10), HERE);
         }
         index.seq = 3;
         let marks = vec![SegmentMark {
@@ -845,15 +847,9 @@ mod tests {
     fn names_in_many_chunks_round_trip_and_bad_name_layouts_are_refused() {
         // 2,000 ids of 100-byte names: four chunks of whole names.
         let mut index = Index::default();
-        let here = Location {
-            segment: 1,
-            offset: 32,
-            len: 10,
-            crc: 0,
-        };
         let name = |n: u64| format!("{n:0>100}");
         for n in 0..2000u64 {
-            index.apply_put(n + 1, &crate::index::tests::put(&name(n), "1", n as i64), here);
+            index.apply_put(n + 1, &crate::index::tests::put(&name(n), "1", n as i64), HERE);
         }
         index.seq = 2000;
         let marks = [SegmentMark {
