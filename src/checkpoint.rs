@@ -11,8 +11,8 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::index::{
-    ChunkVec, IdTable, Index, Interner, KeySet, Location, PinInfo, VersionEntry, VersionState, CHUNK, NAME_CHUNK,
-    NO_SLOT, SEQ_OPEN,
+    ChunkVec, IdTable, Index, Interner, KeySet, Location, NameArena, PinInfo, VersionEntry, VersionState, CHUNK,
+    NAME_CHUNK, NO_SLOT, SEQ_OPEN,
 };
 use crate::item::{Scope, TypeSpec};
 use crate::log::record::Cursor;
@@ -684,13 +684,15 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Loaded, String> {
             tables: (kinds.len(), scopes.len(), sources.len()),
         },
     };
-    // One thread builds the id table, then helps with the versions; the other decodes versions.
-    let (ids_and_versions, versions_here) = join(
+    let names = IdTable::name_chunks_as_text(&chunks)?;
+    // One thread builds the id table (reading the names in the mapped file), then helps with the
+    // versions; the other copies the names and decodes versions.
+    let (ids_and_versions, (arena, versions_here)) = join(
         || {
-            let ids = IdTable::from_name_chunks(&chunks, lengths);
+            let ids = IdTable::from_name_chunks(&names, lengths);
             (ids, versions.decode_chunks())
         },
-        || versions.decode_chunks(),
+        || (NameArena::from_chunks(&names), versions.decode_chunks()),
     );
     let (ids, versions_there) = ids_and_versions.ok_or("the id table was not built")?;
     let mut decoded = versions_here?;
@@ -706,7 +708,7 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Loaded, String> {
     }
     let (by_type, by_scope) = derive_sets(&time, &slots, &type_sizes, &scope_sizes)?;
     let sets = (by_type, by_scope, KeySet::from_sorted(time));
-    let mut ids = ids?;
+    let mut ids = ids?.with_names(arena);
     for (id, times) in deletes {
         ids.set_deletes(id, times)?;
     }
@@ -866,7 +868,7 @@ mod tests {
         }
         assert!(loaded.index.visible(&name(2000), 2000).is_none());
 
-        let table = |chunks: &[&[u8]], lengths: &[u8]| IdTable::from_name_chunks(chunks, lengths).err();
+        let table = |chunks: &[&[u8]], lengths: &[u8]| IdTable::from_name_chunk_bytes(chunks, lengths).err();
         assert!(table(&[b"abcd"], &[2, 2]).is_none());
         assert!(table(&[], &[]).is_none());
         let refused = [

@@ -208,6 +208,17 @@ impl<T> ChunkVec<T> {
 /// Bytes per chunk of the name arena; a name (at most 255 bytes) never spans two.
 pub(crate) const NAME_CHUNK: usize = 1 << 16;
 
+/// The name at `handle` (chunk << 24 | offset << 8 | length) in `chunks`; empty if out of bounds.
+fn name_in<S: AsRef<str>>(chunks: &[S], handle: u64) -> &str {
+    let len = (handle & 0xff) as usize;
+    let offset = ((handle >> 8) & 0xffff) as usize;
+    let chunk = usize::try_from(handle >> 24).unwrap_or(usize::MAX);
+    chunks
+        .get(chunk)
+        .and_then(|chunk| chunk.as_ref().get(offset..offset + len))
+        .unwrap_or("")
+}
+
 /// Id names, back to back in chunks that never move.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct NameArena {
@@ -230,13 +241,21 @@ impl NameArena {
     }
 
     fn get(&self, handle: u64) -> &str {
-        let len = (handle & 0xff) as usize;
-        let offset = ((handle >> 8) & 0xffff) as usize;
-        let chunk = usize::try_from(handle >> 24).unwrap_or(usize::MAX);
-        self.chunks
-            .get(chunk)
-            .and_then(|chunk| chunk.get(offset..offset + len))
-            .unwrap_or("")
+        name_in(&self.chunks, handle)
+    }
+
+    /// A copy of a checkpoint's name chunks (see [`IdTable::from_name_chunks`]).
+    pub(crate) fn from_chunks(chunks: &[&str]) -> NameArena {
+        NameArena {
+            chunks: chunks
+                .iter()
+                .map(|text| {
+                    let mut chunk = String::with_capacity(NAME_CHUNK);
+                    chunk.push_str(text);
+                    chunk
+                })
+                .collect(),
+        }
     }
 
     fn heap_bytes(&self) -> u64 {
@@ -257,24 +276,30 @@ pub(crate) struct IdTable {
 }
 
 impl IdTable {
+    /// The name chunks of a checkpoint as text: each at most [`NAME_CHUNK`] bytes of UTF-8.
+    pub(crate) fn name_chunks_as_text<'a>(chunks: &[&'a [u8]]) -> Result<Vec<&'a str>, String> {
+        chunks
+            .iter()
+            .enumerate()
+            .map(|(number, chunk)| {
+                if chunk.len() > NAME_CHUNK {
+                    return Err(format!(
+                        "name chunk {number} holds {} bytes, more than {NAME_CHUNK}",
+                        chunk.len()
+                    ));
+                }
+                std::str::from_utf8(chunk).map_err(|_| format!("name chunk {number} is not UTF-8"))
+            })
+            .collect()
+    }
+
     /// The table of the ids whose names are stored in `chunks` as the name arena holds them: names
-    /// back to back, each chunk at most [`NAME_CHUNK`] bytes of UTF-8 and filled with whole names up
-    /// to its exact length. `lengths` has one byte per id, in the order of their numbers. An empty
-    /// name, a name that spans two chunks or splits a character, and a name listed twice are errors.
-    pub(crate) fn from_name_chunks(chunks: &[&[u8]], lengths: &[u8]) -> Result<IdTable, String> {
-        let mut arena = NameArena::default();
-        for (number, chunk) in chunks.iter().enumerate() {
-            if chunk.len() > NAME_CHUNK {
-                return Err(format!(
-                    "name chunk {number} holds {} bytes, more than {NAME_CHUNK}",
-                    chunk.len()
-                ));
-            }
-            let text = std::str::from_utf8(chunk).map_err(|_| format!("name chunk {number} is not UTF-8"))?;
-            let mut stored = String::with_capacity(NAME_CHUNK);
-            stored.push_str(text);
-            arena.chunks.push(stored);
-        }
+    /// back to back, each chunk filled with whole names up to its exact length. `lengths` has one
+    /// byte per id, in the order of their numbers. An empty name, a name that spans two chunks or
+    /// splits a character, and a name listed twice are errors. The table reads the names from
+    /// `chunks`; its own copy of them ([`NameArena::from_chunks`], made on another thread meanwhile)
+    /// is put in with [`IdTable::with_names`].
+    pub(crate) fn from_name_chunks(chunks: &[&str], lengths: &[u8]) -> Result<IdTable, String> {
         let mut ids = ChunkVec::default();
         let (mut chunk, mut offset) = (0usize, 0usize);
         for (id, len) in lengths.iter().enumerate() {
@@ -282,11 +307,11 @@ impl IdTable {
             if len == 0 {
                 return Err(format!("id number {id} has an empty name"));
             }
-            if arena.chunks.get(chunk).is_some_and(|c| offset == c.len()) {
+            if chunks.get(chunk).is_some_and(|c| offset == c.len()) {
                 chunk += 1;
                 offset = 0;
             }
-            let fits = arena.chunks.get(chunk).is_some_and(|c| {
+            let fits = chunks.get(chunk).is_some_and(|c| {
                 offset + len <= c.len() && c.is_char_boundary(offset) && c.is_char_boundary(offset + len)
             });
             if !fits {
@@ -299,28 +324,45 @@ impl IdTable {
             });
             offset += len;
         }
-        let all_used = match arena.chunks.len().checked_sub(1) {
+        let all_used = match chunks.len().checked_sub(1) {
             None => true,
-            Some(last) => chunk == last && arena.chunks.get(last).is_some_and(|c| offset == c.len()),
+            Some(last) => chunk == last && chunks.get(last).is_some_and(|c| offset == c.len()),
         };
         if !all_used {
             return Err("the name chunks hold bytes after the last id name".into());
         }
         let mut table = IdTable {
             ids,
-            names: arena,
+            names: NameArena::default(),
             by_name: HashTable::with_capacity(lengths.len()),
             hasher: foldhash::fast::RandomState::default(),
         };
-        table.fill_lookup()?;
+        table.fill_lookup(chunks)?;
         Ok(table)
+    }
+
+    /// The table with its copy of the names (made from the same chunks it was built from).
+    pub(crate) fn with_names(mut self, names: NameArena) -> IdTable {
+        self.names = names;
+        self
+    }
+
+    /// All of [`IdTable::name_chunks_as_text`], [`IdTable::from_name_chunks`] and
+    /// [`NameArena::from_chunks`] on one thread.
+    #[cfg(test)]
+    pub(crate) fn from_name_chunk_bytes(chunks: &[&[u8]], lengths: &[u8]) -> Result<IdTable, String> {
+        let text = IdTable::name_chunks_as_text(chunks)?;
+        Ok(IdTable::from_name_chunks(&text, lengths)?.with_names(NameArena::from_chunks(&text)))
     }
 
     /// Fills the name lookup. The ids are inserted grouped by where their hashes fall in the table,
     /// so that the inserts walk the table front to back instead of jumping all over it.
-    fn fill_lookup(&mut self) -> Result<(), String> {
-        let (entries, arena, hasher) = (&self.ids, &self.names, &self.hasher);
-        let hashes: Vec<u64> = entries.iter().map(|e| hasher.hash_one(arena.get(e.name))).collect();
+    fn fill_lookup(&mut self, chunks: &[&str]) -> Result<(), String> {
+        let (entries, hasher) = (&self.ids, &self.hasher);
+        let hashes: Vec<u64> = entries
+            .iter()
+            .map(|e| hasher.hash_one(name_in(chunks, e.name)))
+            .collect();
         // The table's bucket count is a power of two and an id's bucket is its hash's low bits; a
         // wrong guess only costs speed.
         let buckets = (self.by_name.capacity() / 7 * 8).max(1).next_power_of_two();
@@ -347,7 +389,7 @@ impl IdTable {
                 *next += 1;
             }
         }
-        let name_of = |id: u32| entries.get(position(id)).map_or("", |e| arena.get(e.name));
+        let name_of = |id: u32| entries.get(position(id)).map_or("", |e| name_in(chunks, e.name));
         for &(hash, id) in &order {
             // Only ids of the same full hash have their names compared.
             let slot = self.by_name.entry(
