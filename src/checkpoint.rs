@@ -99,7 +99,8 @@ pub(crate) fn encode(index: &Index, segments: &[SegmentMark]) -> Vec<u8> {
 
 /// The uncompressed body of a checkpoint of `index`: the part that needs the index (and its lock).
 fn encode_body(index: &Index, segments: &[SegmentMark]) -> Vec<u8> {
-    let mut body = Vec::with_capacity(64 + index.slots.len() * (VERSION_BYTES + 32) + index.id_count() * 16);
+    // A row and a time set entry per version, a length byte and the name per id.
+    let mut body = Vec::with_capacity(64 + index.slots.len() * (VERSION_BYTES + 4) + index.id_count() * 16);
     put_count(&mut body, segments.len());
     for mark in segments {
         body.extend_from_slice(&mark.number.to_le_bytes());
@@ -565,8 +566,7 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Loaded, String> {
     if usize::try_from(body_len).ok() != Some(total - CHECKPOINT_HEADER_BYTES) {
         return Err("body length does not match the file".into());
     }
-    let stored = covered.get(CHECKPOINT_HEADER_BYTES..).unwrap_or_default();
-    let body = stored;
+    let body = covered.get(CHECKPOINT_HEADER_BYTES..).unwrap_or_default();
     let total = body.len();
     let mut c = Cursor::new(body);
 

@@ -557,8 +557,11 @@ impl KeySet {
     /// Drops the entries of slots no longer stored among `base[from..from + max]`. Returns how many
     /// entries it looked at and where to go on, or `None` when the array holds no more of them.
     fn purge_step(&mut self, slots: &ChunkVec<VersionEntry>, from: usize, max: usize) -> (usize, Option<usize>) {
-        if self.dead == 0 || from >= self.base.len() {
-            self.dead = if from >= self.base.len() { 0 } else { self.dead };
+        if from >= self.base.len() {
+            self.dead = 0;
+            return (0, None);
+        }
+        if self.dead == 0 {
             return (0, None);
         }
         let end = from.saturating_add(max).min(self.base.len());

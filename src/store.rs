@@ -22,7 +22,7 @@ use crate::limits::{
 };
 use crate::log::record::{decode_batch, RecordView};
 use crate::log::segment::{read_whole, SegmentHeader, SEGMENT_HEADER_BYTES};
-use crate::log::writer::{Command, Op, OpOutcome, Writer};
+use crate::log::writer::{poll_then_recv, Command, Op, OpOutcome, Writer};
 use crate::query::{ContextQuery, QueryStats};
 use crate::recovery::{next_base_seq, recover, scan_frames, RecoveryStats, ScanEnd};
 use crate::snapshot::{RawItem, RawResolution, Receipt, Resolution, Snapshot, SnapshotInfo};
@@ -251,35 +251,14 @@ pub(crate) struct Shared {
 }
 
 /// How long a writer polls for the writer thread's answer before it sleeps: longer than a fast
-/// disk's fdatasync, so that a durable add is not also charged a scheduler wake-up (about 40 us an
-/// add on the benchmark machine, a quarter of it).
+/// disk's fdatasync, so that a durable add is not also charged a scheduler wake-up.
 const POLL_FOR_ANSWER: Duration = Duration::from_micros(250);
-/// A yield that took longer than this means other work wanted the core: polling then costs more
-/// than it saves.
-const SLOW_YIELD: Duration = Duration::from_micros(50);
-/// Slow yields after which a writer stops polling and sleeps.
+/// Slow yields after which a writer stops polling and sleeps (other work wants the core).
 const SLOW_YIELDS: u32 = 3;
 
-/// The writer thread's answer: polled for (yielding the core between polls) for up to
-/// [`POLL_FOR_ANSWER`], unless yields turn slow, then waited for.
+/// The writer thread's answer (see [`poll_then_recv`]).
 fn wait_for<T>(answer: &crossbeam_channel::Receiver<Result<T>>) -> Result<T> {
-    let deadline = Instant::now() + POLL_FOR_ANSWER;
-    let mut slow = 0;
-    loop {
-        match answer.try_recv() {
-            Ok(result) => return result,
-            Err(crossbeam_channel::TryRecvError::Disconnected) => return Err(Error::Closed),
-            Err(crossbeam_channel::TryRecvError::Empty) => {}
-        }
-        let before = Instant::now();
-        if before >= deadline || slow >= SLOW_YIELDS {
-            return answer.recv().map_err(|_| Error::Closed)?;
-        }
-        std::thread::yield_now();
-        if before.elapsed() > SLOW_YIELD {
-            slow += 1;
-        }
-    }
+    poll_then_recv(answer, POLL_FOR_ANSWER, SLOW_YIELDS).map_err(|_| Error::Closed)?
 }
 
 impl Shared {
