@@ -18,6 +18,13 @@ pub const CONTENT_BYTES_MAX: usize = 64 << 20;
 pub const FRAME_PAYLOAD_BYTES_MAX: usize = 1 << 30;
 /// Items in one batch, at the most.
 pub const BATCH_ITEMS_MAX: usize = 1 << 20;
+/// The largest `Options::add_threads` accepted.
+pub const ADD_THREADS_MAX: usize = 64;
+/// The default `Options::add_threads` is the machine's available parallelism, at most this.
+pub const ADD_THREADS_DEFAULT_MAX: usize = 4;
+/// Items a batch needs before `Store::add` splits its validation over more than one thread: below
+/// this, starting a helper costs more than it saves.
+pub const PARALLEL_ADD_ITEMS_MIN: usize = 256;
 /// Default size at which a segment is sealed and a new one started (64 MiB).
 pub const SEGMENT_BYTES_DEFAULT: u64 = 64 << 20;
 /// The smallest `Options::segment_size` accepted (4 KiB).
@@ -31,3 +38,4 @@ const _: () = assert!(SEGMENT_BYTES_MIN <= SEGMENT_BYTES_DEFAULT && SEGMENT_BYTE
 // A segment is sealed once it reaches SEGMENT_BYTES_MAX, and may then hold one more frame: every offset
 // in a segment must still fit in a u32.
 const _: () = assert!(SEGMENT_BYTES_MAX + FRAME_PAYLOAD_BYTES_MAX as u64 + 64 <= u32::MAX as u64);
+const _: () = assert!(ADD_THREADS_DEFAULT_MAX <= ADD_THREADS_MAX);

@@ -15,10 +15,10 @@ use crate::clock::{Clock, SystemClock};
 use crate::compaction::{self, CompactionReport};
 use crate::error::{Error, Result};
 use crate::index::Index;
-use crate::item::{content_hash, validate_item, validate_name, ContextItem, Scope, TypeRegistry, TypeSpec};
+use crate::item::{content_hash, validate_item, validate_name, ContextItem, Scope, TypeRegistry, TypeSpec, ValidItem};
 use crate::limits::{
-    BATCH_ITEMS_MAX, CONTENT_BYTES_DEFAULT, CONTENT_BYTES_MAX, SEGMENT_BYTES_DEFAULT, SEGMENT_BYTES_MAX,
-    SEGMENT_BYTES_MIN,
+    ADD_THREADS_DEFAULT_MAX, ADD_THREADS_MAX, BATCH_ITEMS_MAX, CONTENT_BYTES_DEFAULT, CONTENT_BYTES_MAX,
+    PARALLEL_ADD_ITEMS_MIN, SEGMENT_BYTES_DEFAULT, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN,
 };
 use crate::log::record::{decode_batch, RecordView};
 use crate::log::segment::{read_whole, SegmentHeader, SEGMENT_HEADER_BYTES};
@@ -51,6 +51,7 @@ pub struct Options {
     max_content_bytes: usize,
     auto_compact: bool,
     storage: Arc<dyn Storage>,
+    add_threads: usize,
 }
 
 impl std::fmt::Debug for Options {
@@ -62,6 +63,7 @@ impl std::fmt::Debug for Options {
             .field("max_content_bytes", &self.max_content_bytes)
             .field("auto_compact", &self.auto_compact)
             .field("storage", &self.storage)
+            .field("add_threads", &self.add_threads)
             .finish()
     }
 }
@@ -75,6 +77,7 @@ impl Default for Options {
             max_content_bytes: CONTENT_BYTES_DEFAULT,
             auto_compact: true,
             storage: Arc::new(FileStorage),
+            add_threads: std::thread::available_parallelism().map_or(1, |n| n.get().min(ADD_THREADS_DEFAULT_MAX)),
         }
     }
 }
@@ -130,6 +133,16 @@ impl Options {
     #[must_use]
     pub fn storage(mut self, storage: Arc<dyn Storage>) -> Self {
         self.storage = storage;
+        self
+    }
+
+    /// How many threads [`Store::add`] may use to validate, hash and encode one batch of at least
+    /// [`PARALLEL_ADD_ITEMS_MIN`](crate::limits::PARALLEL_ADD_ITEMS_MIN) items: the calling thread and up to `threads - 1` scoped helpers
+    /// that live for that call only. 1 keeps every batch on the calling thread. Default: the
+    /// machine's available parallelism, at most 4; accepted: 1 to 64.
+    #[must_use]
+    pub fn add_threads(mut self, threads: usize) -> Self {
+        self.add_threads = threads;
         self
     }
 
@@ -431,6 +444,12 @@ impl Store {
                 format!("{} is outside 1..={CONTENT_BYTES_MAX}", options.max_content_bytes),
             ));
         }
+        if !(1..=ADD_THREADS_MAX).contains(&options.add_threads) {
+            return Err(Error::invalid(
+                "add_threads",
+                format!("{} is outside 1..={ADD_THREADS_MAX}", options.add_threads),
+            ));
+        }
         if let Durability::Periodic(period) = options.durability {
             if period.is_zero() {
                 return Err(Error::invalid("durability", "a Periodic duration must be above zero"));
@@ -529,7 +548,7 @@ impl Store {
     ) -> Result<Vec<AddOutcome>> {
         let registry = self.inner.shared.registry();
         let max_content = self.inner.options.max_content_bytes;
-        let mut ops = Vec::new();
+        let mut batch = Vec::new();
         for (position, item) in items.into_iter().enumerate() {
             if position >= BATCH_ITEMS_MAX {
                 return Err(Error::TooLarge {
@@ -539,12 +558,18 @@ impl Store {
                     index: None,
                 });
             }
+            batch.push(item);
+        }
+        let check = |position: usize, item: ContextItem| -> Result<ValidItem> {
             if let Some(session) = session {
                 check_session_scope(&item.scope, session).map_err(|e| e.at(position))?;
             }
-            let valid = validate_item(item, &registry, max_content).map_err(|e| e.at(position))?;
-            ops.push(Op::Put(valid));
-        }
+            validate_item(item, &registry, max_content).map_err(|e| e.at(position))
+        };
+        let ops: Vec<Op> = validate_batch(batch, self.inner.options.add_threads, &check)?
+            .into_iter()
+            .map(Op::Put)
+            .collect();
         if ops.is_empty() {
             return Ok(Vec::new());
         }
@@ -1010,6 +1035,64 @@ fn start_maintenance(shared: Arc<Shared>, auto_compact: bool) -> Result<(Sender<
         })
         .map_err(|e| Error::io("starting the maintenance thread", e))?;
     Ok((stop, handle))
+}
+
+/// Runs `check` on every item of `batch` with its position, on up to `threads` threads (the calling
+/// one and scoped helpers), each taking a contiguous run. Returns the checked items in order, or the
+/// error of the first refused position: the same answer as checking them one by one.
+fn validate_batch<F>(batch: Vec<ContextItem>, threads: usize, check: &F) -> Result<Vec<ValidItem>>
+where
+    F: Fn(usize, ContextItem) -> Result<ValidItem> + Sync,
+{
+    let threads = threads.min(batch.len() / PARALLEL_ADD_ITEMS_MIN).max(1);
+    if threads == 1 {
+        return batch
+            .into_iter()
+            .enumerate()
+            .map(|(position, item)| check(position, item))
+            .collect();
+    }
+    let per_thread = batch.len().div_ceil(threads);
+    // Each run takes its items out of its own slots: a run whose helper could not be started
+    // still finds them there, and is checked on this thread afterwards.
+    let mut slots: Vec<Option<ContextItem>> = batch.into_iter().map(Some).collect();
+    let run = |base: usize, slots: &mut [Option<ContextItem>]| -> Result<Vec<ValidItem>> {
+        slots
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(offset, slot)| slot.take().map(|item| check(base + offset, item)))
+            .collect()
+    };
+    let mut parts: Vec<Option<Result<Vec<ValidItem>>>> = Vec::new();
+    std::thread::scope(|scope| {
+        let mut runs = slots.chunks_mut(per_thread).enumerate();
+        let first = runs.next();
+        let helpers: Vec<_> = runs
+            .map(|(k, run_slots)| {
+                std::thread::Builder::new()
+                    .name("ctxlog-add".into())
+                    .spawn_scoped(scope, move || run(k * per_thread, run_slots))
+                    .ok()
+            })
+            .collect();
+        parts.push(first.map(|(_, run_slots)| run(0, run_slots)));
+        for helper in helpers {
+            parts.push(helper.map(|handle| handle.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))));
+        }
+    });
+    let mut valid = Vec::with_capacity(slots.len());
+    for (k, part) in parts.into_iter().enumerate() {
+        let base = k * per_thread;
+        let part = match part {
+            Some(part) => part,
+            None => {
+                let end = slots.len().min(base + per_thread);
+                run(base, slots.get_mut(base..end).unwrap_or_default())
+            }
+        };
+        valid.extend(part?);
+    }
+    Ok(valid)
 }
 
 fn check_session_scope(scope: &Scope, session: &str) -> Result<()> {

@@ -593,3 +593,117 @@ fn conflict_inside_one_batch_writes_nothing() {
     assert_eq!(err.index(), Some(7));
     assert_nothing_written(&store, 0);
 }
+
+// ---- large batches, validated on several threads ----
+
+fn big_batch(len: usize) -> Vec<ContextItem> {
+    (0..len)
+        .map(|i| {
+            ContextItem::new(
+                format!("big{i}"),
+                "message",
+                json!({"n": i, "text": format!("item {i} of a batch large enough to be split over threads")}),
+                "batch",
+                1_715_299_200 + i64::try_from(i).expect("small"),
+                "1",
+                Scope::Session(format!("s{}", i % 7)),
+            )
+        })
+        .collect()
+}
+
+/// A batch of 2,000 items on 4 threads: whichever runs hold bad items, the error names the first bad
+/// position (the same answer as checking one by one), and nothing is written.
+#[test]
+fn a_large_batch_split_over_threads_reports_the_first_bad_position() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Options::new().add_threads(4).open(dir.path()).expect("open");
+    // Runs of 500: positions 0-499 on the calling thread, the rest on helpers.
+    for bad in [
+        vec![1_999],
+        vec![700, 1_500],
+        vec![499, 500],
+        vec![3, 1_200, 1_999],
+        vec![0],
+    ] {
+        let mut batch = big_batch(2_000);
+        for &at in &bad {
+            batch[at].id = format!("bad id {at}");
+        }
+        let err = store.add(batch).expect_err("the batch must be refused");
+        assert!(matches!(&err, Error::Invalid { field, .. } if field == "id"), "{err:?}");
+        assert_eq!(err.index(), Some(bad[0]), "bad positions {bad:?}: {err}");
+        assert_nothing_written(&store, 0);
+    }
+    // A session view refuses an item of another session at the first such position.
+    let mut batch = big_batch(2_000);
+    for item in &mut batch {
+        item.scope = Scope::Session("s1".into());
+    }
+    batch[1_234].scope = Scope::Session("s2".into());
+    batch[1_800].scope = Scope::Session("s3".into());
+    let err = store.session("s1").add(batch).expect_err("another session's item");
+    assert_eq!(err.index(), Some(1_234), "{err}");
+    assert_nothing_written(&store, 0);
+}
+
+/// The records a batch writes do not depend on how many threads encoded them: one thread and four
+/// leave byte-identical segments, and every item resolves to what was added.
+#[test]
+fn a_large_batch_writes_the_same_bytes_on_one_thread_and_on_four() {
+    let mut segments = Vec::new();
+    for threads in [1, 4] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Options::new()
+            .add_threads(threads)
+            .auto_compact(false)
+            .open(dir.path())
+            .expect("open");
+        let batch = big_batch(3_000);
+        let outcomes = store.add(batch.clone()).expect("add");
+        assert_eq!(outcomes.len(), 3_000);
+        for (outcome, item) in outcomes.iter().zip(&batch) {
+            assert!(
+                matches!(outcome, AddOutcome::Added { id, seq: 1, .. } if *id == item.id),
+                "{outcome:?}"
+            );
+        }
+        let ids: Vec<&str> = batch.iter().map(|item| item.id.as_str()).collect();
+        let resolved = store.resolve(ids).expect("resolve");
+        for (resolution, item) in resolved.iter().zip(&batch) {
+            assert_eq!(found(resolution), &stored_form(item));
+        }
+        drop(store);
+        let mut names: Vec<_> = std::fs::read_dir(dir.path())
+            .expect("read_dir")
+            .map(|entry| entry.expect("entry").file_name().into_string().expect("name"))
+            .filter(|name| name.ends_with(".seg"))
+            .collect();
+        names.sort();
+        assert!(!names.is_empty(), "no segment in the store");
+        let bytes: Vec<Vec<u8>> = names
+            .iter()
+            .map(|name| std::fs::read(dir.path().join(name)).expect("read segment"))
+            .collect();
+        segments.push(bytes);
+    }
+    assert!(
+        segments[0] == segments[1],
+        "one thread and four wrote different segments"
+    );
+}
+
+#[test]
+fn add_threads_out_of_range_is_invalid() {
+    for threads in [0, 65] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let err = Options::new()
+            .add_threads(threads)
+            .open(dir.path())
+            .expect_err("refused");
+        assert!(
+            matches!(&err, Error::Invalid { field, .. } if field == "add_threads"),
+            "{err:?}"
+        );
+    }
+}

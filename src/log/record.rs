@@ -388,13 +388,82 @@ fn push_record(out: &mut Vec<u8>, tag: u8, body: impl FnOnce(&mut Vec<u8>)) -> u
     start
 }
 
-/// The LZ4 block of `content`, when it is long enough and compresses by at least an eighth.
-fn compress(content: &[u8]) -> Option<Vec<u8>> {
+/// Appends the compressed content field (field length, content length, LZ4 block) straight into
+/// `out` when `content` is long enough and compresses by at least an eighth; otherwise leaves `out`
+/// as it was and returns false.
+fn compress_into(out: &mut Vec<u8>, content: &[u8]) -> bool {
     if content.len() < COMPRESS_BYTES_MIN {
-        return None;
+        return false;
     }
-    let block = lz4_flex::block::compress(content);
-    (block.len() + 4 <= content.len() - content.len() / 8).then_some(block)
+    let field_at = out.len();
+    let block_at = field_at + 8;
+    out.resize(block_at + lz4_flex::block::get_maximum_output_size(content.len()), 0);
+    let written = out
+        .get_mut(block_at..)
+        .and_then(|space| lz4_flex::block::compress_into(content, space).ok());
+    match written {
+        Some(block_len) if block_len + 4 <= content.len() - content.len() / 8 => {
+            out.truncate(block_at + block_len);
+            let field_len = u32::try_from(block_len + 4).unwrap_or(u32::MAX).to_le_bytes();
+            let content_len = u32::try_from(content.len()).unwrap_or(u32::MAX).to_le_bytes();
+            if let Some(slot) = out.get_mut(field_at..field_at + 4) {
+                slot.copy_from_slice(&field_len);
+            }
+            if let Some(slot) = out.get_mut(field_at + 4..block_at) {
+                slot.copy_from_slice(&content_len);
+            }
+            true
+        }
+        _ => {
+            out.truncate(field_at);
+            false
+        }
+    }
+}
+
+/// One put record, header and CRC included, as [`BatchEncoder::put`] would append it. Writers
+/// encode (and compress) their items on their own threads with this, so that the writer thread
+/// only copies the bytes into the frame.
+pub(crate) fn encode_put(put: &PutRef<'_>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(RECORD_HEADER_BYTES + put.content.len() + 128);
+    push_record(&mut out, TAG_PUT, |out| put_body(out, put));
+    out
+}
+
+/// The body of a put record.
+fn put_body(out: &mut Vec<u8>, put: &PutRef<'_>) {
+    let mut flags = 0u8;
+    if put.ttl_seconds.is_some() {
+        flags |= FLAG_TTL;
+    }
+    if put.confidence.is_some() {
+        flags |= FLAG_CONFIDENCE;
+    }
+    let flags_at = out.len();
+    out.push(flags);
+    let (scope_tag, session) = match put.scope {
+        Scope::Session(id) => (SCOPE_SESSION, id.as_str()),
+        Scope::GlobalReadonly => (SCOPE_GLOBAL_READONLY, ""),
+        Scope::GlobalWritable => (SCOPE_GLOBAL_WRITABLE, ""),
+    };
+    out.push(scope_tag);
+    out.extend_from_slice(&put.timestamp.to_le_bytes());
+    out.extend_from_slice(&put.ttl_seconds.unwrap_or(0).to_le_bytes());
+    out.extend_from_slice(&put.confidence.unwrap_or(0.0).to_bits().to_le_bytes());
+    out.extend_from_slice(put.hash);
+    put_len_prefixed_u8(out, put.id);
+    put_len_prefixed_u8(out, put.kind);
+    put_len_prefixed_u8(out, put.version);
+    put_len_prefixed_u8(out, session);
+    put_len_prefixed_u16(out, put.source);
+    if compress_into(out, put.content) {
+        if let Some(stored) = out.get_mut(flags_at) {
+            *stored |= FLAG_LZ4;
+        }
+    } else {
+        out.extend_from_slice(&u32::try_from(put.content.len()).unwrap_or(u32::MAX).to_le_bytes());
+        out.extend_from_slice(put.content);
+    }
 }
 
 /// Builds the payload of one batch frame, record by record.
@@ -419,49 +488,17 @@ impl BatchEncoder {
     }
 
     /// Appends a put record; returns its offset from the frame start.
+    #[cfg(test)]
     pub(crate) fn put(&mut self, put: &PutRef<'_>) -> usize {
+        self.push_encoded(&encode_put(put))
+    }
+
+    /// Appends a whole record made by [`encode_put`]; returns its offset from the frame start.
+    pub(crate) fn push_encoded(&mut self, record: &[u8]) -> usize {
         self.count += 1;
-        push_record(&mut self.buf, TAG_PUT, |out| {
-            let mut flags = 0u8;
-            if put.ttl_seconds.is_some() {
-                flags |= FLAG_TTL;
-            }
-            if put.confidence.is_some() {
-                flags |= FLAG_CONFIDENCE;
-            }
-            let compressed = compress(put.content);
-            if compressed.is_some() {
-                flags |= FLAG_LZ4;
-            }
-            out.push(flags);
-            let (scope_tag, session) = match put.scope {
-                Scope::Session(id) => (SCOPE_SESSION, id.as_str()),
-                Scope::GlobalReadonly => (SCOPE_GLOBAL_READONLY, ""),
-                Scope::GlobalWritable => (SCOPE_GLOBAL_WRITABLE, ""),
-            };
-            out.push(scope_tag);
-            out.extend_from_slice(&put.timestamp.to_le_bytes());
-            out.extend_from_slice(&put.ttl_seconds.unwrap_or(0).to_le_bytes());
-            out.extend_from_slice(&put.confidence.unwrap_or(0.0).to_bits().to_le_bytes());
-            out.extend_from_slice(put.hash);
-            put_len_prefixed_u8(out, put.id);
-            put_len_prefixed_u8(out, put.kind);
-            put_len_prefixed_u8(out, put.version);
-            put_len_prefixed_u8(out, session);
-            put_len_prefixed_u16(out, put.source);
-            match &compressed {
-                Some(block) => {
-                    let field_len = block.len() + 4;
-                    out.extend_from_slice(&u32::try_from(field_len).unwrap_or(u32::MAX).to_le_bytes());
-                    out.extend_from_slice(&u32::try_from(put.content.len()).unwrap_or(u32::MAX).to_le_bytes());
-                    out.extend_from_slice(block);
-                }
-                None => {
-                    out.extend_from_slice(&u32::try_from(put.content.len()).unwrap_or(u32::MAX).to_le_bytes());
-                    out.extend_from_slice(put.content);
-                }
-            }
-        })
+        let start = self.buf.len();
+        self.buf.extend_from_slice(record);
+        start
     }
 
     /// Appends a tombstone for `id`.

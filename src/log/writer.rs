@@ -6,7 +6,6 @@
 //! in sequence order, and only then answers every waiting writer. A failed write or fsync poisons the
 //! store: every later write is refused and the fsync is never retried on this handle.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
@@ -14,9 +13,9 @@ use std::time::Instant;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 use crate::error::{Error, Result};
-use crate::index::{Location, PinInfo};
+use crate::index::{FastMap, Location, PinInfo};
 use crate::item::{format_hash, TypeRegistry, TypeSpec, ValidItem};
-use crate::log::record::{set_frame_header, BatchEncoder, PutRef, PutView, ScopeView};
+use crate::log::record::{set_frame_header, BatchEncoder, PutView, ScopeView};
 use crate::log::segment::{segment_file_name, Segment, SegmentHeader, SEGMENT_HEADER_BYTES};
 use crate::storage::{Storage, StorageFile};
 use crate::store::{Durability, Shared};
@@ -118,10 +117,10 @@ pub(crate) struct ActiveSegment {
 /// What the batches earlier in a group changed, for checking the later ones.
 #[derive(Default, Clone)]
 struct Overlay {
-    ids: HashMap<String, PendingId>,
-    types: HashMap<String, Option<String>>,
+    ids: FastMap<String, PendingId>,
+    types: FastMap<String, Option<String>>,
     /// Pins made (true) or ended (false) by earlier batches of the group.
-    pins: HashMap<String, bool>,
+    pins: FastMap<String, bool>,
 }
 
 #[derive(Default, Clone)]
@@ -133,6 +132,10 @@ struct PendingId {
 
 impl Overlay {
     fn merge(&mut self, batch: Overlay) {
+        if self.ids.is_empty() && self.types.is_empty() && self.pins.is_empty() {
+            *self = batch;
+            return;
+        }
         for (id, pending) in batch.ids {
             let entry = self.ids.entry(id).or_default();
             if pending.reset {
@@ -486,7 +489,8 @@ impl Writer {
                             ttl_seconds: item.ttl_seconds,
                             confidence: item.confidence,
                             hash: valid.hash,
-                            content: &valid.canonical,
+                            // The index keeps no content.
+                            content: &[],
                             compressed: false,
                         };
                         let location = Location {
@@ -533,7 +537,7 @@ impl Writer {
 
 fn op_bytes(op: &Op) -> usize {
     match op {
-        Op::Put(valid) => valid.canonical.len() + 128,
+        Op::Put(valid) => valid.record.len(),
         Op::Delete(id) => id.len() + 16,
         Op::RegisterType(spec) => spec.name().len() + spec.pattern().map_or(0, str::len) + 16,
         Op::Pin { name, .. } | Op::Unpin(name) => name.len() + 160,
@@ -546,6 +550,7 @@ type Plan = (Vec<OpOutcome>, Overlay, Option<EncodedBatch>);
 /// writes. Nothing is changed if any operation is refused.
 fn plan(index: &crate::index::Index, registry: &TypeRegistry, group: &Overlay, ops: &[Op]) -> Result<Plan> {
     let mut batch = Overlay::default();
+    batch.ids.reserve(ops.len());
     let mut outcomes = Vec::with_capacity(ops.len());
     let mut encoder = BatchEncoder::new();
     let mut records = Vec::new();
@@ -575,18 +580,7 @@ fn plan(index: &crate::index::Index, registry: &TypeRegistry, group: &Overlay, o
                     .or_default()
                     .versions
                     .push((item.version.clone(), valid.hash));
-                let start = encoder.put(&PutRef {
-                    id: &item.id,
-                    kind: &item.kind,
-                    version: &item.version,
-                    scope: &item.scope,
-                    source: &item.source,
-                    timestamp: item.timestamp,
-                    ttl_seconds: item.ttl_seconds,
-                    confidence: item.confidence,
-                    hash: &valid.hash,
-                    content: &valid.canonical,
-                });
+                let start = encoder.push_encoded(&valid.record);
                 records.push(RecordSpan::since(position, start, &encoder));
                 outcomes.push(OpOutcome::Added { seq: 0 });
             }
