@@ -58,6 +58,32 @@ fn write_path(c: &mut Criterion) {
         );
     });
     group.finish();
+    // A batch large enough to be validated and encoded on several threads (`Options::add_threads`),
+    // against the same batch on the calling thread alone.
+    let mut group = c.benchmark_group("add_1000");
+    group.throughput(Throughput::Elements(1000));
+    for threads in [1, 2] {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = Options::new()
+            .durability(Durability::Never)
+            .auto_compact(false)
+            .add_threads(threads)
+            .open(dir.path())
+            .expect("open");
+        let mut next = 0u64;
+        group.bench_function(format!("never_durable_{threads}_threads"), |b| {
+            b.iter_batched(
+                || {
+                    let batch: Vec<ContextItem> = (next..next + 1000).map(unhashed).collect();
+                    next += 1000;
+                    batch
+                },
+                |batch| store.add(batch).expect("add"),
+                BatchSize::LargeInput,
+            );
+        });
+    }
+    group.finish();
 }
 
 fn read_path(c: &mut Criterion) {
