@@ -1,7 +1,8 @@
 //! Bad input is refused with the specific error (variant, field, batch index), never a panic, and
 //! never a partial write: after every refused add the store's sequence number is unchanged and it
 //! returns nothing, also after a reopen. Covers item fields, the JSON shape, types and id patterns,
-//! hashes, content size, time ranges, the directory lock, and whole batches refused for one item.
+//! hashes, content size, time ranges, the directory lock, whole batches refused for one item, and
+//! large batches validated on several threads (the same answer and bytes as on one).
 
 mod common;
 
@@ -705,5 +706,90 @@ fn add_threads_out_of_range_is_invalid() {
             matches!(&err, Error::Invalid { field, .. } if field == "add_threads"),
             "{err:?}"
         );
+    }
+}
+
+/// How an item of a large batch may be spoiled, each refused by validation with its own error.
+#[derive(Debug, Clone, Copy)]
+enum Spoil {
+    Id,
+    UnknownType,
+    Confidence,
+    DeclaredHash,
+    OtherSession,
+}
+
+fn spoil(item: &mut ContextItem, how: Spoil) {
+    match how {
+        Spoil::Id => item.id = "bad id".into(),
+        Spoil::UnknownType => item.kind = "no_such_type".into(),
+        Spoil::Confidence => item.confidence = Some(1.5),
+        Spoil::DeclaredHash => item.hash = Some(format!("sha256:{}", "0".repeat(64))),
+        Spoil::OtherSession => item.scope = Scope::Session("someone_else".into()),
+    }
+}
+
+/// Adds `batch` through session `s0`'s view of a fresh store with `threads` add threads; returns the
+/// error's text, or the outcomes and the segments' bytes.
+fn add_with_threads(batch: Vec<ContextItem>, threads: usize) -> Result<(Vec<AddOutcome>, Vec<Vec<u8>>), String> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Options::new()
+        .add_threads(threads)
+        .auto_compact(false)
+        .open(dir.path())
+        .expect("open");
+    let outcome = store.session("s0").add(batch);
+    let seq = store.stats().seq;
+    drop(store);
+    let outcomes = outcome.map_err(|e| format!("{e:?} / {e}"))?;
+    assert!(seq > 0);
+    let mut names: Vec<_> = std::fs::read_dir(dir.path())
+        .expect("read_dir")
+        .map(|entry| entry.expect("entry").file_name().into_string().expect("name"))
+        .filter(|name| name.ends_with(".seg"))
+        .collect();
+    names.sort();
+    let segments = names
+        .iter()
+        .map(|name| std::fs::read(dir.path().join(name)).expect("read segment"))
+        .collect();
+    Ok((outcomes, segments))
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig {
+        cases: 24,
+        failure_persistence: None,
+        ..proptest::prelude::ProptestConfig::default()
+    })]
+
+    /// Split over 2 to 4 threads, a large batch gets exactly the answer it gets on one thread: the
+    /// same error (variant, field, position, text) wherever its bad items lie, or the same outcomes and
+    /// byte-identical segments.
+    #[test]
+    fn a_large_batch_gets_the_same_answer_on_any_number_of_threads(
+        len in 256usize..1_500,
+        threads in 2usize..=4,
+        spoils in proptest::collection::vec((0usize..1_500, 0usize..5), 0..4),
+    ) {
+        let mut batch = big_batch(len);
+        for item in &mut batch {
+            item.scope = Scope::Session("s0".into());
+        }
+        let kinds = [Spoil::Id, Spoil::UnknownType, Spoil::Confidence, Spoil::DeclaredHash, Spoil::OtherSession];
+        for &(at, kind) in &spoils {
+            if let Some(item) = batch.get_mut(at) {
+                spoil(item, kinds[kind]);
+            }
+        }
+        let one = add_with_threads(batch.clone(), 1);
+        let many = add_with_threads(batch, threads);
+        proptest::prop_assert_eq!(&one, &many);
+        if let Err(text) = &one {
+            let first = spoils.iter().map(|&(at, _)| at).filter(|&at| at < len).min();
+            proptest::prop_assert!(first.is_some(), "refused without a spoiled item: {}", text);
+            let expected = format!("item {}:", first.unwrap_or(0));
+            proptest::prop_assert!(text.contains(&expected), "{} does not name {}", text, expected);
+        }
     }
 }
