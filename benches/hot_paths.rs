@@ -39,23 +39,28 @@ fn loaded() -> (tempfile::TempDir, Store) {
     (dir, store)
 }
 
+/// Benchmarks `add` of successive batches of `len` fresh W1 items to `store`.
+fn bench_adds(b: &mut criterion::Bencher<'_>, store: &Store, len: u64, size: BatchSize) {
+    let mut next = 0u64;
+    b.iter_batched(
+        || {
+            let batch: Vec<ContextItem> = (next..next + len).map(unhashed).collect();
+            next += len;
+            batch
+        },
+        |batch| store.add(batch).expect("add"),
+        size,
+    );
+}
+
 fn write_path(c: &mut Criterion) {
     let dir = tempfile::tempdir().expect("temp dir");
     let store = store(dir.path());
-    let mut next = 0u64;
     let mut group = c.benchmark_group("add");
     group.throughput(Throughput::Elements(100));
     // Validation, canonical JSON, SHA-256, framing, the log write (no fsync) and the index insert.
     group.bench_function("batch_of_100_never_durable", |b| {
-        b.iter_batched(
-            || {
-                let batch: Vec<ContextItem> = (next..next + 100).map(unhashed).collect();
-                next += 100;
-                batch
-            },
-            |batch| store.add(batch).expect("add"),
-            BatchSize::SmallInput,
-        );
+        bench_adds(b, &store, 100, BatchSize::SmallInput);
     });
     group.finish();
     // A batch large enough to be validated and encoded on several threads (`Options::add_threads`),
@@ -70,17 +75,8 @@ fn write_path(c: &mut Criterion) {
             .add_threads(threads)
             .open(dir.path())
             .expect("open");
-        let mut next = 0u64;
         group.bench_function(format!("never_durable_{threads}_threads"), |b| {
-            b.iter_batched(
-                || {
-                    let batch: Vec<ContextItem> = (next..next + 1000).map(unhashed).collect();
-                    next += 1000;
-                    batch
-                },
-                |batch| store.add(batch).expect("add"),
-                BatchSize::LargeInput,
-            );
+            bench_adds(b, &store, 1000, BatchSize::LargeInput);
         });
     }
     group.finish();

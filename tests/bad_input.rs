@@ -648,6 +648,29 @@ fn a_large_batch_split_over_threads_reports_the_first_bad_position() {
     assert_nothing_written(&store, 0);
 }
 
+fn open_with_threads(dir: &std::path::Path, threads: usize) -> Store {
+    Options::new()
+        .add_threads(threads)
+        .auto_compact(false)
+        .open(dir)
+        .expect("open")
+}
+
+/// The bytes of every segment file in `dir`, in file-name order.
+fn segment_bytes(dir: &std::path::Path) -> Vec<Vec<u8>> {
+    let mut names: Vec<_> = std::fs::read_dir(dir)
+        .expect("read_dir")
+        .map(|entry| entry.expect("entry").file_name().into_string().expect("name"))
+        .filter(|name| name.ends_with(".seg"))
+        .collect();
+    names.sort();
+    assert!(!names.is_empty(), "no segment in {}", dir.display());
+    names
+        .iter()
+        .map(|name| std::fs::read(dir.join(name)).expect("read segment"))
+        .collect()
+}
+
 /// The records a batch writes do not depend on how many threads encoded them: one thread and four
 /// leave byte-identical segments, and every item resolves to what was added.
 #[test]
@@ -655,11 +678,7 @@ fn a_large_batch_writes_the_same_bytes_on_one_thread_and_on_four() {
     let mut segments = Vec::new();
     for threads in [1, 4] {
         let dir = tempfile::tempdir().expect("tempdir");
-        let store = Options::new()
-            .add_threads(threads)
-            .auto_compact(false)
-            .open(dir.path())
-            .expect("open");
+        let store = open_with_threads(dir.path(), threads);
         let batch = big_batch(3_000);
         let outcomes = store.add(batch.clone()).expect("add");
         assert_eq!(outcomes.len(), 3_000);
@@ -675,18 +694,7 @@ fn a_large_batch_writes_the_same_bytes_on_one_thread_and_on_four() {
             assert_eq!(found(resolution), &stored_form(item));
         }
         drop(store);
-        let mut names: Vec<_> = std::fs::read_dir(dir.path())
-            .expect("read_dir")
-            .map(|entry| entry.expect("entry").file_name().into_string().expect("name"))
-            .filter(|name| name.ends_with(".seg"))
-            .collect();
-        names.sort();
-        assert!(!names.is_empty(), "no segment in the store");
-        let bytes: Vec<Vec<u8>> = names
-            .iter()
-            .map(|name| std::fs::read(dir.path().join(name)).expect("read segment"))
-            .collect();
-        segments.push(bytes);
+        segments.push(segment_bytes(dir.path()));
     }
     assert!(
         segments[0] == segments[1],
@@ -733,26 +741,13 @@ fn spoil(item: &mut ContextItem, how: Spoil) {
 /// error's text, or the outcomes and the segments' bytes.
 fn add_with_threads(batch: Vec<ContextItem>, threads: usize) -> Result<(Vec<AddOutcome>, Vec<Vec<u8>>), String> {
     let dir = tempfile::tempdir().expect("tempdir");
-    let store = Options::new()
-        .add_threads(threads)
-        .auto_compact(false)
-        .open(dir.path())
-        .expect("open");
+    let store = open_with_threads(dir.path(), threads);
     let outcome = store.session("s0").add(batch);
     let seq = store.stats().seq;
     drop(store);
     let outcomes = outcome.map_err(|e| format!("{e:?} / {e}"))?;
     assert!(seq > 0);
-    let mut names: Vec<_> = std::fs::read_dir(dir.path())
-        .expect("read_dir")
-        .map(|entry| entry.expect("entry").file_name().into_string().expect("name"))
-        .filter(|name| name.ends_with(".seg"))
-        .collect();
-    names.sort();
-    let segments = names
-        .iter()
-        .map(|name| std::fs::read(dir.path().join(name)).expect("read segment"))
-        .collect();
+    let segments = segment_bytes(dir.path());
     Ok((outcomes, segments))
 }
 
