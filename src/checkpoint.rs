@@ -97,83 +97,100 @@ pub(crate) fn encode(index: &Index, segments: &[SegmentMark]) -> Vec<u8> {
     seal(index.seq, &encode_body(index, segments))
 }
 
-/// The uncompressed body of a checkpoint of `index`: the part that needs the index (and its lock).
+/// Bytes the body of a checkpoint of `index` needs, about: a row and a time set entry per version,
+/// a length byte and the name per id.
+fn body_capacity(index: &Index) -> usize {
+    64 + index.slots.len() * (VERSION_BYTES + 4) + index.id_count() * 16
+}
+
+/// The uncompressed body of a checkpoint of `index` (see [`encode_body_into`]).
+#[cfg(test)]
 fn encode_body(index: &Index, segments: &[SegmentMark]) -> Vec<u8> {
-    // A row and a time set entry per version, a length byte and the name per id.
-    let mut body = Vec::with_capacity(64 + index.slots.len() * (VERSION_BYTES + 4) + index.id_count() * 16);
-    put_count(&mut body, segments.len());
+    let mut body = Vec::with_capacity(body_capacity(index));
+    encode_body_into(&mut body, index, segments);
+    body
+}
+
+/// The uncompressed body of a checkpoint of `index`: the part that needs the index (and its lock).
+fn encode_body_into(body: &mut Vec<u8>, index: &Index, segments: &[SegmentMark]) {
+    put_count(body, segments.len());
     for mark in segments {
         body.extend_from_slice(&mark.number.to_le_bytes());
         body.extend_from_slice(&mark.rewrites.to_le_bytes());
         body.extend_from_slice(&mark.len.to_le_bytes());
     }
     let types = index.registry.custom();
-    put_count(&mut body, types.len());
+    put_count(body, types.len());
     for spec in &types {
-        put_u8_str(&mut body, spec.name());
+        put_u8_str(body, spec.name());
         match spec.pattern() {
             Some(pattern) => {
                 body.push(1);
-                put_u16_str(&mut body, pattern);
+                put_u16_str(body, pattern);
             }
             None => body.push(0),
         }
     }
-    put_count(&mut body, index.pins.len());
+    put_count(body, index.pins.len());
     for (name, pin) in &index.pins {
-        put_u8_str(&mut body, name);
+        put_u8_str(body, name);
         body.extend_from_slice(&pin.seq.to_le_bytes());
         body.extend_from_slice(&pin.taken_at.to_le_bytes());
-        put_u8_str(&mut body, pin.session.as_deref().unwrap_or(""));
+        put_u8_str(body, pin.session.as_deref().unwrap_or(""));
     }
-    put_count(&mut body, index.kinds.len());
+    put_count(body, index.kinds.len());
     for kind in index.kinds.values() {
-        put_u8_str(&mut body, kind);
+        put_u8_str(body, kind);
     }
-    put_count(&mut body, index.scopes.len());
+    put_count(body, index.scopes.len());
     for scope in index.scopes.values() {
         match scope {
             Scope::Session(id) => {
                 body.push(0);
-                put_u8_str(&mut body, id);
+                put_u8_str(body, id);
             }
             Scope::GlobalReadonly => body.push(1),
             Scope::GlobalWritable => body.push(2),
         }
     }
-    put_count(&mut body, index.sources.len());
+    put_count(body, index.sources.len());
     for source in index.sources.values() {
-        put_u16_str(&mut body, source);
+        put_u16_str(body, source);
     }
-    put_count(&mut body, index.id_count());
+    put_count(body, index.id_count());
     let ids = u32::try_from(index.id_count()).unwrap_or(u32::MAX);
-    // The names as the name arena holds them: a length per id, then chunks of whole names.
-    let mut chunk_ends = Vec::new();
-    let mut names = Vec::with_capacity(index.id_count() * 16);
-    let mut chunk_start = 0;
+    // The names as the name arena holds them: a length per id, then chunks of whole names. The
+    // chunk sizes come from the lengths, so the names go straight into the body.
+    let mut chunk_lens = Vec::new();
+    let mut current = 0;
     for id in 0..ids {
-        let name = index.id_name(id);
-        if names.len() - chunk_start + name.len() > NAME_CHUNK {
-            chunk_ends.push(names.len());
-            chunk_start = names.len();
+        let len = index.id_name(id).len();
+        if current + len > NAME_CHUNK {
+            chunk_lens.push(current);
+            current = 0;
         }
-        body.push(u8::try_from(name.len()).unwrap_or(u8::MAX));
-        names.extend_from_slice(name.as_bytes());
+        body.push(u8::try_from(len).unwrap_or(u8::MAX));
+        current += len;
     }
-    if !names.is_empty() {
-        chunk_ends.push(names.len());
+    if current > 0 {
+        chunk_lens.push(current);
     }
-    put_count(&mut body, chunk_ends.len());
-    let mut from = 0;
-    for end in chunk_ends {
-        put_count(&mut body, end - from);
-        body.extend_from_slice(names.get(from..end).unwrap_or_default());
-        from = end;
+    put_count(body, chunk_lens.len());
+    let mut next_id = 0;
+    for chunk_len in chunk_lens {
+        put_count(body, chunk_len);
+        let mut written = 0;
+        while written < chunk_len && next_id < ids {
+            let name = index.id_name(next_id);
+            body.extend_from_slice(name.as_bytes());
+            written += name.len();
+            next_id += 1;
+        }
     }
     let deleted: Vec<(u32, u32)> = (0..ids)
         .filter_map(|id| index.id_at(id).filter(|e| e.deletes > 0).map(|e| (id, e.deletes)))
         .collect();
-    put_count(&mut body, deleted.len());
+    put_count(body, deleted.len());
     for (id, deletes) in deleted {
         body.extend_from_slice(&id.to_le_bytes());
         body.extend_from_slice(&deletes.to_le_bytes());
@@ -191,12 +208,12 @@ fn encode_body(index: &Index, segments: &[SegmentMark]) -> Vec<u8> {
     }
     body.extend_from_slice(&kept.to_le_bytes());
     for version in index.slots.iter().filter(|v| v.state != VersionState::Forgotten) {
-        encode_version(&mut body, version);
+        encode_version(body, version);
     }
     // The time set in full; the type and scope sets are the same order filtered, so only their
     // sizes are stored.
     let slots = index.by_time.sorted_slots(&index.slots);
-    put_count(&mut body, slots.len());
+    put_count(body, slots.len());
     for slot in slots {
         let number = renumber.get(usize::try_from(slot).unwrap_or(usize::MAX)).copied();
         body.extend_from_slice(&number.unwrap_or(NO_SLOT).to_le_bytes());
@@ -212,26 +229,44 @@ fn encode_body(index: &Index, segments: &[SegmentMark]) -> Vec<u8> {
         }
     }
     for counts in [per_type, per_scope] {
-        put_count(&mut body, counts.len());
+        put_count(body, counts.len());
         for count in counts {
             body.extend_from_slice(&count.to_le_bytes());
         }
     }
-    body
 }
 
 /// The checkpoint file for `seq` around `body`: header, body, CRC. Needs no lock.
+#[cfg(test)]
 fn seal(seq: u64, body: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(CHECKPOINT_HEADER_BYTES + body.len() + 4);
-    out.extend_from_slice(&CHECKPOINT_MAGIC);
-    out.extend_from_slice(&CHECKPOINT_VERSION.to_le_bytes());
-    out.extend_from_slice(&0u32.to_le_bytes());
-    out.extend_from_slice(&seq.to_le_bytes());
-    out.extend_from_slice(&(body.len() as u64).to_le_bytes());
-    out.extend_from_slice(body);
-    let crc = crc32fast::hash(&out);
-    out.extend_from_slice(&crc.to_le_bytes());
-    out
+    let mut file = Vec::with_capacity(CHECKPOINT_HEADER_BYTES + body.len() + 4);
+    file.extend_from_slice(&[0; CHECKPOINT_HEADER_BYTES]);
+    file.extend_from_slice(body);
+    seal_in_place(seq, &mut file);
+    file
+}
+
+/// Turns `file`, a header's worth of space followed by a body, into the checkpoint file for `seq`:
+/// fills in the header and appends the CRC. Needs no lock, and copies nothing.
+fn seal_in_place(seq: u64, file: &mut Vec<u8>) {
+    let body_len = (file.len().saturating_sub(CHECKPOINT_HEADER_BYTES) as u64).to_le_bytes();
+    let mut header = [0u8; CHECKPOINT_HEADER_BYTES];
+    for (at, field) in [
+        (0, &CHECKPOINT_MAGIC[..]),
+        (8, &CHECKPOINT_VERSION.to_le_bytes()[..]),
+        (12, &0u32.to_le_bytes()[..]),
+        (16, &seq.to_le_bytes()[..]),
+        (24, &body_len[..]),
+    ] {
+        if let Some(slot) = header.get_mut(at..at + field.len()) {
+            slot.copy_from_slice(field);
+        }
+    }
+    if let Some(slot) = file.get_mut(..CHECKPOINT_HEADER_BYTES) {
+        slot.copy_from_slice(&header);
+    }
+    let crc = crc32fast::hash(file);
+    file.extend_from_slice(&crc.to_le_bytes());
 }
 
 /// One version, 72 bytes: seq_created u64, seq_ended u64 (u64::MAX while open), timestamp i64,
@@ -721,7 +756,24 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Loaded, String> {
 /// Writes a checkpoint of the index as it is now. With `sync_log`, the log is synced first up to
 /// at least the checkpoint's sequence number, so that a checkpoint never gets ahead of the log.
 pub(crate) fn write(shared: &Shared, sync_log: bool) -> Result<u64> {
-    let (seq, bytes) = {
+    // The file's buffer is sized and its pages touched before the lock is taken for the encoding,
+    // so that writers do not wait for the page faults of tens of megabytes of fresh memory. What
+    // the log gains in between (a few batches) fits in the slack; more only grows the buffer.
+    let capacity = {
+        let index = shared.read_index();
+        CHECKPOINT_HEADER_BYTES + body_capacity(&index) + 4
+    };
+    let capacity = capacity + capacity / 16;
+    // Written, not just allocated: `vec![0; n]` would map zero pages that fault on first write.
+    #[allow(clippy::slow_vector_initialization)]
+    let mut file = {
+        let mut file = Vec::with_capacity(capacity);
+        file.resize(capacity, 0);
+        file
+    };
+    file.clear();
+    file.extend_from_slice(&[0; CHECKPOINT_HEADER_BYTES]);
+    let seq = {
         let index = shared.read_index();
         let marks: Vec<SegmentMark> = index
             .segments
@@ -732,10 +784,12 @@ pub(crate) fn write(shared: &Shared, sync_log: bool) -> Result<u64> {
                 len: segment.published_len(),
             })
             .collect();
-        (index.seq, encode_body(&index, &marks))
+        encode_body_into(&mut file, &index, &marks);
+        index.seq
     };
-    // Compressing and checksumming happen after the lock is released: writers wait only for the copy.
-    let bytes = seal(seq, &bytes);
+    // The header and the checksum are filled in after the lock is released.
+    seal_in_place(seq, &mut file);
+    let bytes = file;
     if sync_log {
         shared.flush()?;
     }
