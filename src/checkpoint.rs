@@ -159,8 +159,65 @@ fn encode_body_into(body: &mut Vec<u8>, index: &Index, segments: &[SegmentMark])
     }
     put_count(body, index.id_count());
     let ids = u32::try_from(index.id_count()).unwrap_or(u32::MAX);
-    // The names as the name arena holds them: a length per id, then chunks of whole names. The
-    // chunk sizes come from the lengths, so the names go straight into the body.
+    put_names(body, index, true);
+    let deleted: Vec<(u32, u32)> = (0..ids)
+        .filter_map(|id| index.id_at(id).filter(|e| e.deletes > 0).map(|e| (id, e.deletes)))
+        .collect();
+    put_count(body, deleted.len());
+    for (id, deletes) in deleted {
+        body.extend_from_slice(&id.to_le_bytes());
+        body.extend_from_slice(&deletes.to_le_bytes());
+    }
+    // One pass over the versions: forgotten slots are left out and the others renumbered by rank,
+    // their rows written, and the type and scope sets' sizes counted.
+    let kept_at = body.len();
+    body.extend_from_slice(&0u32.to_le_bytes());
+    let mut renumber = Vec::with_capacity(index.slots.len());
+    let mut kept = 0u32;
+    let mut per_type = vec![0u32; index.kinds.len()];
+    let mut per_scope = vec![0u32; index.scopes.len()];
+    for version in index.slots.iter() {
+        if version.state == VersionState::Forgotten {
+            renumber.push(NO_SLOT);
+            continue;
+        }
+        renumber.push(kept);
+        kept += 1;
+        encode_version(body, version);
+        if version.is_stored() {
+            if let Some(count) = per_type.get_mut(usize::from(version.kind)) {
+                *count += 1;
+            }
+            if let Some(count) = per_scope.get_mut(usize::try_from(version.scope).unwrap_or(usize::MAX)) {
+                *count += 1;
+            }
+        }
+    }
+    if let Some(slot) = body.get_mut(kept_at..kept_at + 4) {
+        slot.copy_from_slice(&kept.to_le_bytes());
+    }
+    // The time set in full; the type and scope sets are the same order filtered, so only their
+    // sizes are stored.
+    let slots = index.by_time.sorted_slots(&index.slots);
+    put_count(body, slots.len());
+    for slot in slots {
+        let number = renumber.get(usize::try_from(slot).unwrap_or(usize::MAX)).copied();
+        body.extend_from_slice(&number.unwrap_or(NO_SLOT).to_le_bytes());
+    }
+    for counts in [per_type, per_scope] {
+        put_count(body, counts.len());
+        for count in counts {
+            body.extend_from_slice(&count.to_le_bytes());
+        }
+    }
+}
+
+/// The id names as the name arena holds them: a length byte per id, then the chunks of whole names
+/// (each at most [`NAME_CHUNK`] bytes, a chunk started when the next name would not fit). The name
+/// arena fills its chunks by the same rule, in id order, so when `whole_chunks` is set and its
+/// chunks have exactly these sizes they are copied whole; otherwise the names are copied one by one.
+fn put_names(body: &mut Vec<u8>, index: &Index, whole_chunks: bool) {
+    let ids = u32::try_from(index.id_count()).unwrap_or(u32::MAX);
     let mut chunk_lens = Vec::new();
     let mut current = 0;
     for id in 0..ids {
@@ -176,6 +233,13 @@ fn encode_body_into(body: &mut Vec<u8>, index: &Index, segments: &[SegmentMark])
         chunk_lens.push(current);
     }
     put_count(body, chunk_lens.len());
+    if whole_chunks && index.name_chunks().map(str::len).eq(chunk_lens.iter().copied()) {
+        for chunk in index.name_chunks() {
+            put_count(body, chunk.len());
+            body.extend_from_slice(chunk.as_bytes());
+        }
+        return;
+    }
     let mut next_id = 0;
     for chunk_len in chunk_lens {
         put_count(body, chunk_len);
@@ -185,53 +249,6 @@ fn encode_body_into(body: &mut Vec<u8>, index: &Index, segments: &[SegmentMark])
             body.extend_from_slice(name.as_bytes());
             written += name.len();
             next_id += 1;
-        }
-    }
-    let deleted: Vec<(u32, u32)> = (0..ids)
-        .filter_map(|id| index.id_at(id).filter(|e| e.deletes > 0).map(|e| (id, e.deletes)))
-        .collect();
-    put_count(body, deleted.len());
-    for (id, deletes) in deleted {
-        body.extend_from_slice(&id.to_le_bytes());
-        body.extend_from_slice(&deletes.to_le_bytes());
-    }
-    // Forgotten slots are left out: the numbers written are the kept slots' ranks.
-    let mut renumber = Vec::with_capacity(index.slots.len());
-    let mut kept = 0u32;
-    for version in index.slots.iter() {
-        if version.state == VersionState::Forgotten {
-            renumber.push(NO_SLOT);
-        } else {
-            renumber.push(kept);
-            kept += 1;
-        }
-    }
-    body.extend_from_slice(&kept.to_le_bytes());
-    for version in index.slots.iter().filter(|v| v.state != VersionState::Forgotten) {
-        encode_version(body, version);
-    }
-    // The time set in full; the type and scope sets are the same order filtered, so only their
-    // sizes are stored.
-    let slots = index.by_time.sorted_slots(&index.slots);
-    put_count(body, slots.len());
-    for slot in slots {
-        let number = renumber.get(usize::try_from(slot).unwrap_or(usize::MAX)).copied();
-        body.extend_from_slice(&number.unwrap_or(NO_SLOT).to_le_bytes());
-    }
-    let mut per_type = vec![0u32; index.kinds.len()];
-    let mut per_scope = vec![0u32; index.scopes.len()];
-    for version in index.slots.iter().filter(|v| v.is_stored()) {
-        if let Some(count) = per_type.get_mut(usize::from(version.kind)) {
-            *count += 1;
-        }
-        if let Some(count) = per_scope.get_mut(usize::try_from(version.scope).unwrap_or(usize::MAX)) {
-            *count += 1;
-        }
-    }
-    for counts in [per_type, per_scope] {
-        put_count(body, counts.len());
-        for count in counts {
-            body.extend_from_slice(&count.to_le_bytes());
         }
     }
 }
@@ -273,10 +290,20 @@ fn seal_in_place(seq: u64, file: &mut Vec<u8>) {
 /// expires_at i64 (i64::MAX for never), segment, offset, length, id, generation, version tag, scope,
 /// source (u32 each), type u16, state u8, a zero byte, and the record's body CRC (u32).
 fn encode_version(body: &mut Vec<u8>, version: &VersionEntry) {
-    body.extend_from_slice(&version.seq_created.to_le_bytes());
-    body.extend_from_slice(&version.seq_ended.to_le_bytes());
-    body.extend_from_slice(&version.timestamp.to_le_bytes());
-    body.extend_from_slice(&version.expires_at.to_le_bytes());
+    // Built whole on the stack and appended with one copy: a million rows are encoded under the
+    // index lock.
+    let mut row = [0u8; VERSION_BYTES];
+    let mut at = 0;
+    let mut put = |bytes: &[u8]| {
+        if let Some(slot) = row.get_mut(at..at + bytes.len()) {
+            slot.copy_from_slice(bytes);
+        }
+        at += bytes.len();
+    };
+    put(&version.seq_created.to_le_bytes());
+    put(&version.seq_ended.to_le_bytes());
+    put(&version.timestamp.to_le_bytes());
+    put(&version.expires_at.to_le_bytes());
     for field in [
         version.location.segment,
         version.location.offset,
@@ -287,16 +314,19 @@ fn encode_version(body: &mut Vec<u8>, version: &VersionEntry) {
         version.scope,
         version.source,
     ] {
-        body.extend_from_slice(&field.to_le_bytes());
+        put(&field.to_le_bytes());
     }
-    body.extend_from_slice(&version.kind.to_le_bytes());
-    body.push(if version.is_stored() {
-        STATE_STORED
-    } else {
-        STATE_RETIRED
-    });
-    body.push(0);
-    body.extend_from_slice(&version.location.crc.to_le_bytes());
+    put(&version.kind.to_le_bytes());
+    put(&[
+        if version.is_stored() {
+            STATE_STORED
+        } else {
+            STATE_RETIRED
+        },
+        0,
+    ]);
+    put(&version.location.crc.to_le_bytes());
+    body.extend_from_slice(&row);
 }
 
 #[inline]
@@ -921,6 +951,12 @@ mod tests {
             assert_eq!(loaded.index.id_name(u32::try_from(n).expect("small")), name(n));
         }
         assert!(loaded.index.visible(&name(2000), 2000).is_none());
+        // The arena's chunks copied whole are the names copied one by one.
+        let (mut whole, mut one_by_one) = (Vec::new(), Vec::new());
+        put_names(&mut whole, &index, true);
+        put_names(&mut one_by_one, &index, false);
+        assert_eq!(index.name_chunks().count(), 4);
+        assert!(whole == one_by_one);
 
         let table = |chunks: &[&[u8]], lengths: &[u8]| IdTable::from_name_chunk_bytes(chunks, lengths).err();
         assert!(table(&[b"abcd"], &[2, 2]).is_none());

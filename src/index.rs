@@ -244,6 +244,11 @@ impl NameArena {
         name_in(&self.chunks, handle)
     }
 
+    /// The chunks as they are filled: names back to back, in the order they were stored.
+    fn chunks(&self) -> impl Iterator<Item = &str> + '_ {
+        self.chunks.iter().map(String::as_str)
+    }
+
     /// A copy of a checkpoint's name chunks (see [`IdTable::from_name_chunks`]).
     pub(crate) fn from_chunks(chunks: &[&str]) -> NameArena {
         NameArena {
@@ -748,6 +753,12 @@ impl Index {
                 ids.get(position(*id)).is_some_and(|e| names.get(e.name) == name)
             })
             .copied()
+    }
+
+    /// The name arena's chunks (see [`NameArena`]): when the ids' names were stored in id order, as
+    /// they are, these are the names in id order, back to back.
+    pub(crate) fn name_chunks(&self) -> impl Iterator<Item = &str> + '_ {
+        self.names.chunks()
     }
 
     pub(crate) fn id_name(&self, id: u32) -> &str {
