@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -261,6 +261,25 @@ pub(crate) struct Shared {
     checkpointed_log_bytes: AtomicU64,
     /// Size of the newest checkpoint written by this process, in bytes.
     pub(crate) last_checkpoint_bytes: AtomicU64,
+    /// Threads inside an `add` or a `delete` (validating, queued or waiting for their answer): the
+    /// writer thread waits a moment for those not yet in its group, so that one fsync serves them.
+    pub(crate) writers: AtomicUsize,
+}
+
+/// Counts a thread in [`Shared::writers`] while it lives.
+pub(crate) struct Writing<'a>(&'a AtomicUsize);
+
+impl<'a> Writing<'a> {
+    pub(crate) fn enter(writers: &'a AtomicUsize) -> Self {
+        writers.fetch_add(1, Ordering::AcqRel);
+        Writing(writers)
+    }
+}
+
+impl Drop for Writing<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// How long a writer polls for the writer thread's answer before it sleeps: longer than a fast
@@ -480,6 +499,7 @@ impl Store {
             compaction: Mutex::new(()),
             checkpointed_log_bytes: AtomicU64::new(0),
             last_checkpoint_bytes: AtomicU64::new(0),
+            writers: AtomicUsize::new(0),
         });
         shared.note_checkpoint();
         let (sender, receiver) = crossbeam_channel::unbounded();
@@ -546,6 +566,7 @@ impl Store {
         items: I,
         session: Option<&str>,
     ) -> Result<Vec<AddOutcome>> {
+        let _writing = Writing::enter(&self.inner.shared.writers);
         let registry = self.inner.shared.registry();
         let max_content = self.inner.options.max_content_bytes;
         let mut batch = Vec::new();
@@ -597,6 +618,7 @@ impl Store {
     /// # Errors
     /// `Invalid` for a malformed id; `Poisoned` or `Io` as for [`Store::add`].
     pub fn delete(&self, id: &str) -> Result<bool> {
+        let _writing = Writing::enter(&self.inner.shared.writers);
         validate_name("id", id)?;
         match self.submit(vec![Op::Delete(id.to_owned())])?.first() {
             Some(OpOutcome::Deleted(existed)) => Ok(*existed),
