@@ -137,9 +137,10 @@ impl Options {
     }
 
     /// How many threads [`Store::add`] may use to validate, hash and encode one batch of at least
-    /// [`PARALLEL_ADD_ITEMS_MIN`](crate::limits::PARALLEL_ADD_ITEMS_MIN) items: the calling thread and up to `threads - 1` scoped helpers
-    /// that live for that call only. 1 keeps every batch on the calling thread. Default: the
-    /// machine's available parallelism, at most 4; accepted: 1 to 64.
+    /// [`PARALLEL_ADD_ITEMS_MIN`](crate::limits::PARALLEL_ADD_ITEMS_MIN) items: the calling thread
+    /// and up to `threads - 1` scoped helpers that live for that call only. 1 keeps every batch on
+    /// the calling thread. Default: the machine's available parallelism, at most 4; accepted: 1 to
+    /// 64.
     #[must_use]
     pub fn add_threads(mut self, threads: usize) -> Self {
         self.add_threads = threads;
