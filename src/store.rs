@@ -262,10 +262,15 @@ pub(crate) struct Shared {
     checkpointed_log_bytes: AtomicU64,
     /// Size of the newest checkpoint written by this process, in bytes.
     pub(crate) last_checkpoint_bytes: AtomicU64,
-    /// Threads inside an `add` or a `delete` (validating, queued or waiting for their answer): the
-    /// writer thread waits a moment for those not yet in its group, so that one fsync serves them.
+    /// Threads inside an `add` or a `delete` (validating a small batch, queued, or waiting for their
+    /// answer): the writer thread waits a moment for those not yet in its group, so that one fsync
+    /// serves them.
     pub(crate) writers: AtomicUsize,
 }
+
+/// Batches of at most this many items count as writing (see [`Shared::writers`]) while they are
+/// validated; larger ones only once they are sent.
+const QUICK_ADD_ITEMS: usize = 16;
 
 /// Counts a thread in [`Shared::writers`] while it lives.
 pub(crate) struct Writing<'a>(&'a AtomicUsize);
@@ -567,7 +572,6 @@ impl Store {
         items: I,
         session: Option<&str>,
     ) -> Result<Vec<AddOutcome>> {
-        let _writing = Writing::enter(&self.inner.shared.writers);
         let registry = self.inner.shared.registry();
         let max_content = self.inner.options.max_content_bytes;
         let mut batch = Vec::new();
@@ -582,6 +586,10 @@ impl Store {
             }
             batch.push(item);
         }
+        // A small batch counts as writing from now: it is validated in microseconds, and the writer
+        // thread may wait for it. A large one only once it is validated and sent, so that nobody
+        // waits for its validation.
+        let mut writing = (batch.len() <= QUICK_ADD_ITEMS).then(|| Writing::enter(&self.inner.shared.writers));
         let check = |position: usize, item: ContextItem| -> Result<ValidItem> {
             if let Some(session) = session {
                 check_session_scope(&item.scope, session).map_err(|e| e.at(position))?;
@@ -602,6 +610,7 @@ impl Store {
                 _ => None,
             })
             .collect();
+        writing.get_or_insert_with(|| Writing::enter(&self.inner.shared.writers));
         let outcomes = self.submit(ops)?;
         Ok(keys
             .into_iter()
