@@ -22,7 +22,7 @@ use crate::limits::{
 };
 use crate::log::record::{decode_batch, RecordView};
 use crate::log::segment::{read_whole, SegmentHeader, SEGMENT_HEADER_BYTES};
-use crate::log::writer::{poll_then_recv, Command, Op, OpOutcome, Writer};
+use crate::log::writer::{poll_then_recv, Answer, Command, Op, OpOutcome, Writer};
 use crate::query::{ContextQuery, QueryStats};
 use crate::recovery::{next_base_seq, recover, scan_frames, RecoveryStats, ScanEnd};
 use crate::snapshot::{RawItem, RawResolution, Receipt, Resolution, Snapshot, SnapshotInfo};
@@ -320,6 +320,11 @@ impl Shared {
 
     /// Hands a batch of operations to the writer thread and waits for its outcome.
     pub(crate) fn submit(&self, ops: Vec<Op>) -> Result<Vec<OpOutcome>> {
+        self.submit_answered(ops).map(|answer| answer.outcomes)
+    }
+
+    /// [`Shared::submit`], with the operations handed back.
+    pub(crate) fn submit_answered(&self, ops: Vec<Op>) -> Result<Answer> {
         let (reply, answer) = crossbeam_channel::bounded(1);
         self.send(Command::Write { ops, reply })?;
         wait_for(&answer)
@@ -603,21 +608,18 @@ impl Store {
         if ops.is_empty() {
             return Ok(Vec::new());
         }
-        let keys: Vec<(String, String)> = ops
-            .iter()
-            .filter_map(|op| match op {
-                Op::Put(valid) => Some((valid.item.id.clone(), valid.item.version.clone())),
-                _ => None,
-            })
-            .collect();
         writing.get_or_insert_with(|| Writing::enter(&self.inner.shared.writers));
-        let outcomes = self.submit(ops)?;
-        Ok(keys
+        let Answer { outcomes, ops } = self.inner.shared.submit_answered(ops)?;
+        Ok(ops
             .into_iter()
             .zip(outcomes)
-            .map(|((id, version), outcome)| match outcome {
-                OpOutcome::Added { seq } => AddOutcome::Added { id, version, seq },
-                _ => AddOutcome::Unchanged { id, version },
+            .filter_map(|(op, outcome)| {
+                let Op::Put(valid) = op else { return None };
+                let ContextItem { id, version, .. } = valid.item;
+                Some(match outcome {
+                    OpOutcome::Added { seq } => AddOutcome::Added { id, version, seq },
+                    _ => AddOutcome::Unchanged { id, version },
+                })
             })
             .collect())
     }

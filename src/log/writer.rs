@@ -94,10 +94,18 @@ pub(crate) enum OpOutcome {
 }
 
 /// What the writer thread is asked to do.
+/// What the writer thread answers a write: each operation's outcome, and the operations themselves,
+/// handed back so that the caller takes the ids and versions it reports without copying them, and
+/// frees the items on its own thread.
+pub(crate) struct Answer {
+    pub(crate) outcomes: Vec<OpOutcome>,
+    pub(crate) ops: Vec<Op>,
+}
+
 pub(crate) enum Command {
     Write {
         ops: Vec<Op>,
-        reply: Sender<Result<Vec<OpOutcome>>>,
+        reply: Sender<Result<Answer>>,
     },
     Flush {
         reply: Sender<Result<()>>,
@@ -182,7 +190,7 @@ struct Staged {
     ops: Vec<Op>,
     outcomes: Vec<OpOutcome>,
     frame: Option<EncodedBatch>,
-    reply: Sender<Result<Vec<OpOutcome>>>,
+    reply: Sender<Result<Answer>>,
     seq: u64,
     location: Option<(u32, u64)>,
 }
@@ -390,7 +398,10 @@ impl Writer {
         }
         self.publish(&staged);
         for batch in staged {
-            let _ = batch.reply.send(Ok(batch.outcomes));
+            let _ = batch.reply.send(Ok(Answer {
+                outcomes: batch.outcomes,
+                ops: batch.ops,
+            }));
         }
         for reply in flushes {
             let _ = reply.send(Ok(()));
