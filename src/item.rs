@@ -387,7 +387,7 @@ enum Step<'a> {
 /// The result does not depend on `serde_json`'s `preserve_order` feature. Nesting depth is not
 /// limited by the call stack.
 #[must_use]
-pub fn canonical_json<'a>(value: &'a Value) -> Vec<u8> {
+pub fn canonical_json(value: &Value) -> Vec<u8> {
     // Sized for a typical item's content: growing from empty took a handful of reallocations.
     let mut out = Vec::with_capacity(512);
     let mut stack = Vec::with_capacity(32);
@@ -414,29 +414,35 @@ pub fn canonical_json<'a>(value: &'a Value) -> Vec<u8> {
             Step::Value(Value::Object(map)) => {
                 out.push(b'{');
                 stack.push(Step::Raw(b"}"));
-                let mut push_entries = |entries: &mut dyn Iterator<Item = (usize, (&'a String, &'a Value))>| {
-                    for (i, (key, item)) in entries {
-                        stack.push(Step::Value(item));
-                        stack.push(Step::Raw(b":"));
-                        stack.push(Step::Key(key));
-                        if i > 0 {
-                            stack.push(Step::Raw(b","));
-                        }
-                    }
-                };
                 // Without serde_json's `preserve_order` the map iterates in key order already (a
                 // `BTreeMap` of `String`s orders them by their bytes): no copy to sort then.
                 if map.keys().is_sorted_by(|a, b| a.as_bytes() < b.as_bytes()) {
-                    push_entries(&mut map.iter().enumerate().rev());
+                    push_entries(&mut stack, map.iter());
                 } else {
                     let mut entries: Vec<(&String, &Value)> = map.iter().collect();
                     entries.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-                    push_entries(&mut entries.into_iter().enumerate().rev());
+                    push_entries(&mut stack, entries.into_iter());
                 }
             }
         }
     }
     out
+}
+
+/// Pushes an object's `entries`, given in key order, so that they pop in that order with their
+/// separators.
+fn push_entries<'a>(
+    stack: &mut Vec<Step<'a>>,
+    entries: impl DoubleEndedIterator<Item = (&'a String, &'a Value)> + ExactSizeIterator,
+) {
+    for (i, (key, item)) in entries.enumerate().rev() {
+        stack.push(Step::Value(item));
+        stack.push(Step::Raw(b":"));
+        stack.push(Step::Key(key));
+        if i > 0 {
+            stack.push(Step::Raw(b","));
+        }
+    }
 }
 
 /// Writes a string or a number as `serde_json` writes it.

@@ -273,10 +273,10 @@ pub(crate) struct Shared {
 const QUICK_ADD_ITEMS: usize = 16;
 
 /// Counts a thread in [`Shared::writers`] while it lives.
-pub(crate) struct Writing<'a>(&'a AtomicUsize);
+struct Writing<'a>(&'a AtomicUsize);
 
 impl<'a> Writing<'a> {
-    pub(crate) fn enter(writers: &'a AtomicUsize) -> Self {
+    fn enter(writers: &'a AtomicUsize) -> Self {
         writers.fetch_add(1, Ordering::AcqRel);
         Writing(writers)
     }

@@ -22,7 +22,7 @@ use crate::store::{Durability, Shared};
 
 /// Bytes of waiting batches one group takes at most before it is written.
 const GROUP_BYTES_MAX: usize = 64 << 20;
-/// How long the writer waits for more writers to join a group, when the last group had several.
+/// How long the writer waits for threads still writing to join a group (see `Shared::writers`).
 const GROUP_LINGER: std::time::Duration = std::time::Duration::from_micros(100);
 /// How often a lingering writer thread looks again at how many threads are still writing: one that
 /// got its answer and had nothing more to write ends the wait early.
@@ -93,7 +93,6 @@ pub(crate) enum OpOutcome {
     Unpinned(bool),
 }
 
-/// What the writer thread is asked to do.
 /// What the writer thread answers a write: each operation's outcome, and the operations themselves,
 /// handed back so that the caller takes the ids and versions it reports without copying them, and
 /// frees the items on its own thread.
@@ -102,6 +101,7 @@ pub(crate) struct Answer {
     pub(crate) ops: Vec<Op>,
 }
 
+/// What the writer thread is asked to do.
 pub(crate) enum Command {
     Write {
         ops: Vec<Op>,
