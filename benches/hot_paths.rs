@@ -159,6 +159,9 @@ fn read_checks(c: &mut Criterion) {
     group.bench_function("sha256_content", |b| {
         b.iter(|| black_box(<sha2::Sha256 as sha2::Digest>::digest(black_box(&canonical))))
     });
+    group.bench_function("lz4_compress_content", |b| {
+        b.iter(|| black_box(lz4_flex::block::compress(black_box(&canonical))))
+    });
     group.bench_function("lz4_decompress_content", |b| {
         let mut out = vec![0u8; canonical.len()];
         b.iter(|| black_box(lz4_flex::block::decompress_into(black_box(&block), &mut out).expect("lz4")))

@@ -395,12 +395,12 @@ pub fn canonical_json(value: &Value) -> Vec<u8> {
     while let Some(step) = stack.pop() {
         match step {
             Step::Raw(bytes) => out.extend_from_slice(bytes),
-            Step::Key(key) => write_scalar(&mut out, &key),
+            Step::Key(key) => write_json_str(&mut out, key),
             Step::Value(Value::Null) => out.extend_from_slice(b"null"),
             Step::Value(Value::Bool(true)) => out.extend_from_slice(b"true"),
             Step::Value(Value::Bool(false)) => out.extend_from_slice(b"false"),
             Step::Value(Value::Number(n)) => write_scalar(&mut out, n),
-            Step::Value(Value::String(s)) => write_scalar(&mut out, s),
+            Step::Value(Value::String(s)) => write_json_str(&mut out, s),
             Step::Value(Value::Array(items)) => {
                 out.push(b'[');
                 stack.push(Step::Raw(b"]"));
@@ -451,6 +451,69 @@ pub(crate) fn write_scalar<T: Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) 
     let _ = serde_json::to_writer(&mut *out, value);
 }
 
+/// What `serde_json` writes after a backslash for `byte`: a letter for the bytes below 0x20 with a
+/// short escape, `u` for the other bytes below 0x20 (the `\u00XX` form), the byte itself for `"`
+/// and `\`; 0 for a byte written as it is.
+fn json_escape(byte: u8) -> u8 {
+    match byte {
+        0x08 => b'b',
+        0x09 => b't',
+        0x0a => b'n',
+        0x0c => b'f',
+        0x0d => b'r',
+        0x00..=0x1f => b'u',
+        b'"' | b'\\' => byte,
+        _ => 0,
+    }
+}
+
+/// Whether any of the 8 bytes of `word` is below 0x20, a `"` or a `\`. Each test is the exact
+/// "some byte is zero / below n" test on a whole word: a clean word costs a few instructions
+/// instead of eight table lookups.
+fn word_needs_escape(word: u64) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let has_zero_byte = |v: u64| v.wrapping_sub(ONES) & !v & HIGH != 0;
+    let below_space = word.wrapping_sub(ONES * 0x20) & !word & HIGH != 0;
+    below_space || has_zero_byte(word ^ (ONES * u64::from(b'"'))) || has_zero_byte(word ^ (ONES * u64::from(b'\\')))
+}
+
+/// Writes `text` as a JSON string, byte for byte as `serde_json` does (see [`json_escape`]; other
+/// bytes, 0x7f and non-ASCII included, as they are), skipping runs that need no escape 8 bytes at
+/// a time. Strings are most of a content's bytes, and `serde_json` looks at them one by one.
+pub(crate) fn write_json_str(out: &mut Vec<u8>, text: &str) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let bytes = text.as_bytes();
+    out.reserve(bytes.len() + 2);
+    out.push(b'"');
+    let (mut run, mut at) = (0, 0);
+    while at < bytes.len() {
+        if let Some(word) = bytes.get(at..at + 8).and_then(|w| <[u8; 8]>::try_from(w).ok()) {
+            if !word_needs_escape(u64::from_le_bytes(word)) {
+                at += 8;
+                continue;
+            }
+        }
+        let byte = bytes.get(at).copied().unwrap_or(0);
+        let escape = json_escape(byte);
+        if escape != 0 {
+            out.extend_from_slice(bytes.get(run..at).unwrap_or_default());
+            if escape == b'u' {
+                let (high, low) = (usize::from(byte >> 4), usize::from(byte & 0x0f));
+                out.extend_from_slice(b"\\u00");
+                out.push(HEX.get(high).copied().unwrap_or(b'0'));
+                out.push(HEX.get(low).copied().unwrap_or(b'0'));
+            } else {
+                out.extend_from_slice(&[b'\\', escape]);
+            }
+            run = at + 1;
+        }
+        at += 1;
+    }
+    out.extend_from_slice(bytes.get(run..).unwrap_or_default());
+    out.push(b'"');
+}
+
 /// The SHA-256 of canonical content bytes.
 pub(crate) fn content_hash(canonical: &[u8]) -> [u8; 32] {
     Sha256::digest(canonical).into()
@@ -492,6 +555,28 @@ pub(crate) fn write_hash_json(out: &mut Vec<u8>, hash: &[u8; 32]) {
     out.push(b'"');
 }
 
+/// The value of a lowercase hex digit; 0xff for any other byte.
+fn hex_value(byte: u8) -> u8 {
+    match byte {
+        b'0'..=b'9' => byte - b'0',
+        b'a'..=b'f' => byte - b'a' + 10,
+        _ => 0xff,
+    }
+}
+
+/// The 32 bytes written by 64 lowercase hex digits, or `None` if any byte is not one.
+fn decode_hex_digits(hex: &[u8]) -> Option<[u8; 32]> {
+    let mut hash = [0u8; 32];
+    let mut bad = hex.len() != 64;
+    for (byte, pair) in hash.iter_mut().zip(hex.chunks_exact(2)) {
+        let value = |at: usize| hex_value(pair.get(at).copied().unwrap_or(0));
+        let (high, low) = (value(0), value(1));
+        bad |= (high | low) > 0x0f;
+        *byte = (high << 4) | (low & 0x0f);
+    }
+    (!bad).then_some(hash)
+}
+
 /// Reads a hash written as `"sha256:"` + exactly 64 lowercase hex digits.
 ///
 /// # Errors
@@ -513,6 +598,10 @@ pub(crate) fn parse_hash(text: &str) -> Result<[u8; 32]> {
     if hex.len() != 64 {
         return Err(refuse(format!("found {} bytes after \"sha256:\"", hex.len())));
     }
+    if let Some(hash) = decode_hex_digits(hex.as_bytes()) {
+        return Ok(hash);
+    }
+    // Not all lowercase hex digits: find the first bad one for the message.
     let mut hash = [0u8; 32];
     let mut nibbles = hex.bytes().enumerate().map(|(i, b)| match b {
         b'0'..=b'9' => Ok(b - b'0'),
@@ -1323,6 +1412,69 @@ mod tests {
     }
 
     // ---- canonical JSON ----
+
+    #[test]
+    fn json_strings_are_written_byte_for_byte_as_serde_json_writes_them() {
+        let serde = |text: &str| serde_json::to_vec(text).expect("a string serializes");
+        let ours = |text: &str| {
+            let mut out = b"x".to_vec();
+            write_json_str(&mut out, text);
+            out.split_off(1)
+        };
+        // Every ASCII byte and a few others, alone and at every position of a run longer than
+        // two words (so that each lands in a word, at a word's edge and in the byte-by-byte tail).
+        let specials: Vec<char> = (0u8..0x80)
+            .map(char::from)
+            .chain(['é', '\u{2028}', '\u{10ffff}'])
+            .collect();
+        for special in specials {
+            assert_eq!(ours(&special.to_string()), serde(&special.to_string()), "{special:?}");
+            for len in [7, 8, 9, 16, 23] {
+                for at in 0..len {
+                    let text: String = (0..len).map(|i| if i == at { special } else { 'a' }).collect();
+                    assert_eq!(ours(&text), serde(&text), "{text:?}");
+                }
+            }
+        }
+        let mixed = "line 1\nline \"2\"\t\\ end\u{1}\u{1f}\u{7f} é \r\u{8}\u{c}";
+        assert_eq!(ours(mixed), serde(mixed));
+        assert_eq!(ours(""), b"\"\"");
+        // Seeded pseudo-random strings over a small alphabet heavy in escapes.
+        let alphabet = ['a', '"', '\\', '\n', '\u{0}', '\u{1f}', ' ', 'é', '\u{7f}', 'z'];
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..2000 {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            let len = usize::try_from(state >> 58).unwrap_or(0);
+            let text: String = (0..len)
+                .map(|i| {
+                    let pick = (state >> (i % 48)) as usize % alphabet.len();
+                    alphabet.get(pick).copied().unwrap_or('a')
+                })
+                .collect();
+            assert_eq!(ours(&text), serde(&text), "{text:?}");
+        }
+    }
+
+    #[test]
+    fn hex_digits_decode_only_when_all_are_lowercase_hex() {
+        let h: [u8; 32] = core::array::from_fn(|i| u8::try_from(i * 8 + 3).unwrap_or(0));
+        let text = format_hash(&h);
+        let hex = text.strip_prefix(HASH_PREFIX).expect("prefix").as_bytes().to_vec();
+        assert_eq!(decode_hex_digits(&hex), Some(h));
+        for at in 0..64 {
+            for bad in [b'A', b'F', b'g', b'/', b':', b'`', b' ', 0, 0xc3] {
+                let mut spoiled = hex.clone();
+                if let Some(byte) = spoiled.get_mut(at) {
+                    *byte = bad;
+                }
+                assert_eq!(decode_hex_digits(&spoiled), None, "byte {bad} at {at}");
+            }
+        }
+        assert_eq!(decode_hex_digits(hex.get(..62).expect("62 digits")), None);
+        assert_eq!(decode_hex_digits(&[hex.clone(), b"00".to_vec()].concat()), None);
+    }
 
     #[test]
     fn canonical_sorts_keys_by_bytes_recursively() {

@@ -274,14 +274,15 @@ impl<'a> PutView<'a> {
     ///
     /// The canonical content, then [`PutView::write_json_tail`], complete it. The three together
     /// are, byte for byte, what `serde_json::to_vec` writes for [`PutView::to_item`]'s item: the
-    /// fields in the order of `ItemOut` (src/item.rs), strings and numbers written by `serde_json`
-    /// itself, and the content as its canonical JSON, which is what `serde_json` prints for the
-    /// parsed content (object keys sorted by their bytes, numbers as it parsed them).
+    /// fields in the order of `ItemOut` (src/item.rs), numbers written by `serde_json` itself,
+    /// strings by `write_json_str` (tested byte for byte against `serde_json`), and the content as
+    /// its canonical JSON, which is what `serde_json` prints for the parsed content (object keys
+    /// sorted by their bytes, numbers as it parsed them).
     pub(crate) fn write_json_head(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(b"{\"id\":");
-        crate::item::write_scalar(out, self.id);
+        crate::item::write_json_str(out, self.id);
         out.extend_from_slice(b",\"type\":");
-        crate::item::write_scalar(out, self.kind);
+        crate::item::write_json_str(out, self.kind);
         out.extend_from_slice(b",\"content\":");
     }
 
@@ -289,17 +290,17 @@ impl<'a> PutView<'a> {
     /// [`PutView::write_json_head`].
     pub(crate) fn write_json_tail(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(b",\"source\":");
-        crate::item::write_scalar(out, self.source);
+        crate::item::write_json_str(out, self.source);
         out.extend_from_slice(b",\"timestamp\":");
         crate::item::write_scalar(out, &self.timestamp);
         out.extend_from_slice(b",\"version\":");
-        crate::item::write_scalar(out, self.version);
+        crate::item::write_json_str(out, self.version);
         out.extend_from_slice(b",\"hash\":");
         crate::item::write_hash_json(out, &self.hash);
         match self.scope {
             ScopeView::Session(id) => {
                 out.extend_from_slice(b",\"scope\":\"session\",\"session_id\":");
-                crate::item::write_scalar(out, id);
+                crate::item::write_json_str(out, id);
             }
             ScopeView::GlobalReadonly => out.extend_from_slice(b",\"scope\":\"global_readonly\""),
             ScopeView::GlobalWritable => out.extend_from_slice(b",\"scope\":\"global_writable\""),
