@@ -325,8 +325,15 @@ impl Shared {
 
     /// [`Shared::submit`], with the operations handed back.
     pub(crate) fn submit_answered(&self, ops: Vec<Op>) -> Result<Answer> {
+        self.submit_then(ops, || ())
+    }
+
+    /// [`Shared::submit_answered`], running `meanwhile` on this thread once the operations are sent,
+    /// before waiting for their answer: work that would otherwise wait for the write and its fsync.
+    pub(crate) fn submit_then(&self, ops: Vec<Op>, meanwhile: impl FnOnce()) -> Result<Answer> {
         let (reply, answer) = crossbeam_channel::bounded(1);
         self.send(Command::Write { ops, reply })?;
+        meanwhile();
         wait_for(&answer)
     }
 
@@ -601,15 +608,22 @@ impl Store {
             }
             validate_item(item, &registry, max_content).map_err(|e| e.at(position))
         };
-        let ops: Vec<Op> = validate_batch(batch, self.inner.options.add_threads, &check)?
-            .into_iter()
-            .map(Op::Put)
-            .collect();
-        if ops.is_empty() {
+        let valid = validate_batch(batch, self.inner.options.add_threads, &check)?;
+        if valid.is_empty() {
             return Ok(Vec::new());
         }
+        // The contents are in the records now, and the writer thread never reads the trees: they
+        // are freed here while the batch is written and synced, by the thread that built them.
+        let mut contents = Vec::with_capacity(valid.len());
+        let ops: Vec<Op> = valid
+            .into_iter()
+            .map(|mut valid| {
+                contents.push(std::mem::take(&mut valid.item.content));
+                Op::Put(valid)
+            })
+            .collect();
         writing.get_or_insert_with(|| Writing::enter(&self.inner.shared.writers));
-        let Answer { outcomes, ops } = self.inner.shared.submit_answered(ops)?;
+        let Answer { outcomes, ops } = self.inner.shared.submit_then(ops, move || drop(contents))?;
         Ok(ops
             .into_iter()
             .zip(outcomes)
