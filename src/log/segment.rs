@@ -104,13 +104,22 @@ impl SegmentHeader {
     }
 }
 
+/// The active segment's read window grows once the published bytes outgrow it by this much, or by a
+/// quarter of it if that is more: a handful of mappings per segment, each a few microseconds.
+const WINDOW_STEP_MIN: u64 = 64 << 10;
+
 /// A segment as readers see it: the file, a map once it is sealed, and how many bytes of it are
 /// published (records past that may still be being written).
+///
+/// The active segment is also mapped, up to a published length and remapped as it grows (a
+/// *window*), so that most reads of recent items copy bytes out of memory instead of making a
+/// positioned-read call each; the newest records, past the window, are read with one.
 #[derive(Debug)]
 pub(crate) struct Segment {
     pub(crate) path: PathBuf,
     file: Box<dyn StorageFile>,
     map: Option<SharedBytes>,
+    window: std::sync::RwLock<Option<SharedBytes>>,
     published_len: AtomicU64,
     /// How many times compaction rewrote the file (from its header).
     pub(crate) rewrites: u32,
@@ -142,6 +151,7 @@ impl Segment {
             path: path.to_path_buf(),
             file,
             map,
+            window: std::sync::RwLock::new(None),
             published_len: AtomicU64::new(published_len),
             rewrites: header.rewrites,
         })
@@ -159,6 +169,39 @@ impl Segment {
 
     pub(crate) fn set_published_len(&self, len: u64) {
         self.published_len.store(len, Ordering::Release);
+    }
+
+    /// Maps the active segment again when its published bytes have outgrown the read window by a
+    /// step (see [`WINDOW_STEP_MIN`]). Called by the writer thread after it has answered a group;
+    /// a mapping that fails leaves reads to positioned reads, which are always correct.
+    pub(crate) fn extend_window(&self) {
+        if self.map.is_some() {
+            return;
+        }
+        let published = self.published_len();
+        let mapped = self.window_len();
+        if published < mapped.saturating_add(WINDOW_STEP_MIN.max(mapped / 4)) {
+            return;
+        }
+        // The file is only ever appended to while the store is open (see `StorageFile::map`): the
+        // mapping covers at least the published bytes and they never change.
+        match self.file.map() {
+            Ok(bytes) if bytes.len() as u64 >= published => {
+                let mut window = self.window.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let old = window.replace(bytes);
+                drop(window);
+                // Unmapped here, outside the lock: readers copy out of the window under it.
+                drop(old);
+            }
+            Ok(_) => tracing::debug!("{}: mapping is shorter than the published bytes", self.path.display()),
+            Err(e) => tracing::debug!("{}: mapping the active segment failed: {e}", self.path.display()),
+        }
+    }
+
+    /// Bytes covered by the active segment's read window (0 without one).
+    fn window_len(&self) -> u64 {
+        let window = self.window.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        window.as_ref().map_or(0, |bytes| bytes.len() as u64)
     }
 
     /// Reads `len` bytes at `offset`, never past the published length.
@@ -179,6 +222,14 @@ impl Segment {
                 .get(start..stop)
                 .map(std::borrow::Cow::Borrowed)
                 .ok_or_else(|| corrupt("record past the map"));
+        }
+        {
+            let window = self.window.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let start = usize::try_from(offset).unwrap_or(usize::MAX);
+            let stop = usize::try_from(end).unwrap_or(usize::MAX);
+            if let Some(bytes) = window.as_ref().and_then(|w| w.get(start..stop)) {
+                return Ok(std::borrow::Cow::Owned(bytes.to_vec()));
+            }
         }
         let mut buf = vec![0u8; usize::try_from(len).unwrap_or(0)];
         self.file
@@ -223,5 +274,73 @@ mod tests {
         assert_eq!(parse_segment_file_name("0000012.seg"), None);
         assert_eq!(parse_segment_file_name("0000001a.seg"), None);
         assert_eq!(parse_segment_file_name("00000012.seg.tmp"), None);
+    }
+
+    use crate::log::writer::create_segment;
+    use crate::storage::{FileStorage, SimDisk};
+    use std::sync::Arc;
+
+    /// Appends `bytes` to the active segment and publishes them, as the writer thread does.
+    fn publish(active: &mut crate::log::writer::ActiveSegment, bytes: &[u8]) -> u64 {
+        active.file.append(bytes).expect("append");
+        active.len += bytes.len() as u64;
+        active.segment.set_published_len(active.len);
+        active.segment.extend_window();
+        active.len
+    }
+
+    fn check_window(storage: &dyn Storage, dir: &Path) {
+        let mut active = create_segment(storage, dir, 1, 0).expect("segment");
+        let segment = Arc::clone(&active.segment);
+        let pattern = |at: u64| u8::try_from(at % 251).unwrap_or(0);
+        let mut written: Vec<u8> = vec![0; SEGMENT_HEADER_BYTES];
+        let mut windows = Vec::new();
+        // Published in uneven pieces up to ~1 MiB: the window must grow in steps, never cover more
+        // than is published when it is taken, and every read must give the written bytes whether it
+        // falls inside the window or past it.
+        for piece in 0..300u64 {
+            let bytes: Vec<u8> = (0..1000 + piece * 17)
+                .map(|i| pattern(written.len() as u64 + i))
+                .collect();
+            written.extend_from_slice(&bytes);
+            let published = publish(&mut active, &bytes);
+            let mapped = segment.window_len();
+            assert!(mapped <= published, "window {mapped} past the published {published}");
+            if windows.last() != Some(&mapped) {
+                windows.push(mapped);
+            }
+            // The first bytes, the last ones, the middle, and a read across the window's end.
+            for (offset, len) in [
+                (32, 100),
+                (published - 700, 700),
+                (published / 2, 333),
+                (mapped.saturating_sub(50), 100),
+            ] {
+                let offset = offset.clamp(32, published - u64::from(len));
+                let start = usize::try_from(offset).expect("offset");
+                let want = written.get(start..start + len as usize).expect("written");
+                let got = segment.read(offset, len).expect("read");
+                assert_eq!(
+                    &*got, want,
+                    "read of {len} at {offset} with {published} published, {mapped} mapped"
+                );
+            }
+            // Never past the published length, mapped or not.
+            assert!(segment.read(published - 10, 11).is_err());
+        }
+        assert!(windows.len() >= 5, "the window grew only through {windows:?}");
+        assert!(
+            windows.windows(2).all(|w| w[1] >= w[0] + WINDOW_STEP_MIN),
+            "the window was remapped before a step: {windows:?}"
+        );
+    }
+
+    #[test]
+    fn active_segment_reads_the_same_bytes_through_its_window_and_past_it() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        check_window(&FileStorage, dir.path());
+        let disk = SimDisk::new();
+        disk.create_dir_all(Path::new("/sim")).expect("directory");
+        check_window(&disk, Path::new("/sim"));
     }
 }

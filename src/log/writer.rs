@@ -406,6 +406,7 @@ impl Writer {
         for reply in flushes {
             let _ = reply.send(Ok(()));
         }
+        self.active.segment.extend_window();
         if !rotations.is_empty() {
             let rotated = if self.active.len > SEGMENT_HEADER_BYTES as u64 {
                 self.rotate().map(|()| true)

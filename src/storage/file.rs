@@ -1,4 +1,4 @@
-//! The real backend: `std::fs`, and `memmap2` for sealed segments. The crate's only `unsafe`.
+//! The real backend: `std::fs`, and `memmap2` for segments and checkpoints. The crate's only `unsafe`.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
@@ -44,14 +44,17 @@ impl StorageFile for RealFile {
 
     #[expect(
         unsafe_code,
-        reason = "mapping a sealed segment or a checkpoint is the crate's one unsafe operation"
+        reason = "mapping a segment or a checkpoint is the crate's one unsafe operation"
     )]
     fn map(&self) -> io::Result<SharedBytes> {
-        // SAFETY: ctxlog maps only sealed segments and checkpoint files, which no ctxlog code writes,
+        // SAFETY: ctxlog maps sealed segments and checkpoint files, which no ctxlog code writes,
         // truncates or renames while the store is open (the LOCK file keeps other ctxlog processes
         // out; compaction renames a new file over the path, which leaves this mapping on the old file;
         // a checkpoint is written whole under a temporary name, and later only removed, which leaves
-        // the mapping on the removed file). A process that ignores
+        // the mapping on the removed file), and the active segment, which the writer thread only
+        // appends to while the store is open (a torn tail is cut only by recovery, before any map):
+        // the mapping covers the file's length at this call, every page of it stays backed by the
+        // file, and appends change only bytes past it. A process that ignores
         // the lock and modifies the file could change the mapped bytes under us; every read of mapped
         // bytes is bounds-checked and CRC-checked, so such damage is reported as corruption, not
         // undefined reads.

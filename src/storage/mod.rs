@@ -70,7 +70,9 @@ pub trait StorageFile: Send + Sync + fmt::Debug {
     /// # Errors
     /// Any I/O error.
     fn set_len(&mut self, len: u64) -> io::Result<()>;
-    /// The whole file as shared bytes, for a file that will not be written again.
+    /// The whole file as shared bytes, as long as it is now. The store maps files that will not be
+    /// written again, and the active segment, which it only appends to while it is open: the bytes
+    /// mapped never change.
     ///
     /// # Errors
     /// Any I/O error.
