@@ -487,7 +487,17 @@ impl Writer {
 
     /// Makes the written batches visible, in sequence order.
     fn publish(&self, staged: &[Staged]) {
+        // Room in the id lookup for every put's id, made before the write lock is taken.
+        let puts = staged
+            .iter()
+            .filter(|batch| batch.frame.is_some())
+            .map(|batch| batch.ops.iter().filter(|op| matches!(op, Op::Put(_))).count())
+            .sum();
+        let grown = self.shared.read_index().grown_lookup(puts);
         let mut index = self.shared.write_index();
+        if let Some(lookup) = grown {
+            index.install_lookup(lookup);
+        }
         let mut registry_changed = false;
         let mut registry = (*self.shared.registry()).clone();
         for batch in staged {
