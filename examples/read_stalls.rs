@@ -19,7 +19,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let n: u64 = args.next().map_or(Ok(1_000_000), |a| a.parse())?;
     let temp = tempfile::tempdir()?;
-    let dir = args.next().map_or_else(|| temp.path().to_path_buf(), std::path::PathBuf::from);
+    let dir = args
+        .next()
+        .map_or_else(|| temp.path().to_path_buf(), std::path::PathBuf::from);
     let store = Options::new()
         .durability(Durability::Never)
         .auto_compact(false)
@@ -55,7 +57,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     done.store(true, Ordering::Relaxed);
     let (reads, stalls) = reader.join().map_err(|_| "the reader panicked")??;
-    println!("{n} items loaded in {:.2} s; {reads} resolves beside them", started.elapsed().as_secs_f64());
+    println!(
+        "{n} items loaded in {:.2} s; {reads} resolves beside them",
+        started.elapsed().as_secs_f64()
+    );
     for (items, at, ms) in &slow {
         println!("batch at {items} items (t = {at:.2} s) took {ms:.1} ms");
     }
