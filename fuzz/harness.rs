@@ -7,7 +7,9 @@
 use std::path::Path;
 use std::sync::OnceLock;
 
-use ctxlog::{AddOutcome, ContextItem, ContextQuery, Durability, Error, Options, Resolution, Store, TimeRange};
+use ctxlog::{
+    AddOutcome, ContextItem, ContextQuery, Durability, Error, Options, RawResolution, Resolution, Store, TimeRange,
+};
 
 /// What a target runs on one input.
 pub type Target = fn(&[u8]);
@@ -102,6 +104,15 @@ pub fn item_json(data: &[u8]) {
                 [Resolution::Found(found)] => {
                     assert_eq!((&found.id, &found.version), (&item.id, &item.version));
                     assert_eq!(found.content, item.content, "content changed in the store");
+                    // The raw read writes the same bytes as serde_json does for the parsed item.
+                    let raw = store.resolve_raw([reference.as_str()]).expect("raw resolve after add");
+                    match &raw[..] {
+                        [RawResolution::Found(raw)] => {
+                            // `to_json` is `serde_json::to_string` of the item.
+                            assert_eq!(raw.as_str(), found.to_json(), "raw read differs from serde_json");
+                        }
+                        other => panic!("{reference} resolved, but its raw read gave {other:?}"),
+                    }
                 }
                 [Resolution::HashMismatch { .. }] => panic!("{reference} reads back as damaged"),
                 [_] => {}
