@@ -271,6 +271,67 @@ impl NameArena {
 /// Ids per group when a checkpoint's id table is filled in the order of its buckets.
 const INSERT_GROUPS: usize = 1 << 8;
 
+/// Fills `by_name` (empty, with its capacity reserved) with the numbers of `entries`, whose names are
+/// in `chunks`. The ids are inserted grouped by where their hashes fall in the table, so that the
+/// inserts walk the table front to back instead of jumping all over it. A name listed twice is an
+/// error.
+fn fill_lookup<S: AsRef<str>>(
+    by_name: &mut HashTable<u32>,
+    entries: &ChunkVec<IdEntry>,
+    chunks: &[S],
+    hasher: &foldhash::fast::RandomState,
+) -> Result<(), String> {
+    let hashes: Vec<u64> = entries
+        .iter()
+        .map(|e| hasher.hash_one(name_in(chunks, e.name)))
+        .collect();
+    // The table's bucket count is a power of two and an id's bucket is its hash's low bits; a
+    // wrong guess only costs speed.
+    let buckets = (by_name.capacity() / 7 * 8).max(1).next_power_of_two();
+    let bits = buckets.trailing_zeros();
+    let shift = bits.saturating_sub(INSERT_GROUPS.trailing_zeros());
+    let group_of = |hash: u64| ((hash & (buckets as u64 - 1)) >> shift) as usize;
+    let mut starts = vec![0u32; INSERT_GROUPS + 1];
+    for hash in &hashes {
+        if let Some(count) = starts.get_mut(group_of(*hash) + 1) {
+            *count += 1;
+        }
+    }
+    let mut sum = 0;
+    for start in &mut starts {
+        sum += *start;
+        *start = sum;
+    }
+    let mut order = vec![(0u64, 0u32); hashes.len()];
+    for (id, hash) in hashes.iter().enumerate() {
+        if let Some(next) = starts.get_mut(group_of(*hash)) {
+            if let Some(place) = order.get_mut(*next as usize) {
+                *place = (*hash, u32::try_from(id).unwrap_or(NO_SLOT));
+            }
+            *next += 1;
+        }
+    }
+    let name_of = |id: u32| entries.get(position(id)).map_or("", |e| name_in(chunks, e.name));
+    for &(hash, id) in &order {
+        // Only ids of the same full hash have their names compared.
+        let slot = by_name.entry(
+            hash,
+            |known| hashes.get(position(*known)) == Some(&hash) && name_of(*known) == name_of(id),
+            |known| hasher.hash_one(name_of(*known)),
+        );
+        match slot {
+            hashbrown::hash_table::Entry::Occupied(_) => {
+                return Err(format!("id {:?} is listed twice", name_of(id)));
+            }
+            hashbrown::hash_table::Entry::Vacant(vacant) => {
+                vacant.insert(id);
+            }
+        }
+    }
+    crate::checkpoint::drop_in_background((hashes, order));
+    Ok(())
+}
+
 /// The id half of an index, built from a checkpoint's id names (on its own thread, while the
 /// versions are decoded): per-id entries, the name arena and the lookup table.
 pub(crate) struct IdTable {
@@ -342,7 +403,7 @@ impl IdTable {
             by_name: HashTable::with_capacity(lengths.len()),
             hasher: foldhash::fast::RandomState::default(),
         };
-        table.fill_lookup(chunks)?;
+        fill_lookup(&mut table.by_name, &table.ids, chunks, &table.hasher)?;
         Ok(table)
     }
 
@@ -358,61 +419,6 @@ impl IdTable {
     pub(crate) fn from_name_chunk_bytes(chunks: &[&[u8]], lengths: &[u8]) -> Result<IdTable, String> {
         let text = IdTable::name_chunks_as_text(chunks)?;
         Ok(IdTable::from_name_chunks(&text, lengths)?.with_names(NameArena::from_chunks(&text)))
-    }
-
-    /// Fills the name lookup. The ids are inserted grouped by where their hashes fall in the table,
-    /// so that the inserts walk the table front to back instead of jumping all over it.
-    fn fill_lookup(&mut self, chunks: &[&str]) -> Result<(), String> {
-        let (entries, hasher) = (&self.ids, &self.hasher);
-        let hashes: Vec<u64> = entries
-            .iter()
-            .map(|e| hasher.hash_one(name_in(chunks, e.name)))
-            .collect();
-        // The table's bucket count is a power of two and an id's bucket is its hash's low bits; a
-        // wrong guess only costs speed.
-        let buckets = (self.by_name.capacity() / 7 * 8).max(1).next_power_of_two();
-        let bits = buckets.trailing_zeros();
-        let shift = bits.saturating_sub(INSERT_GROUPS.trailing_zeros());
-        let group_of = |hash: u64| ((hash & (buckets as u64 - 1)) >> shift) as usize;
-        let mut starts = vec![0u32; INSERT_GROUPS + 1];
-        for hash in &hashes {
-            if let Some(count) = starts.get_mut(group_of(*hash) + 1) {
-                *count += 1;
-            }
-        }
-        let mut sum = 0;
-        for start in &mut starts {
-            sum += *start;
-            *start = sum;
-        }
-        let mut order = vec![(0u64, 0u32); hashes.len()];
-        for (id, hash) in hashes.iter().enumerate() {
-            if let Some(next) = starts.get_mut(group_of(*hash)) {
-                if let Some(place) = order.get_mut(*next as usize) {
-                    *place = (*hash, u32::try_from(id).unwrap_or(NO_SLOT));
-                }
-                *next += 1;
-            }
-        }
-        let name_of = |id: u32| entries.get(position(id)).map_or("", |e| name_in(chunks, e.name));
-        for &(hash, id) in &order {
-            // Only ids of the same full hash have their names compared.
-            let slot = self.by_name.entry(
-                hash,
-                |known| hashes.get(position(*known)) == Some(&hash) && name_of(*known) == name_of(id),
-                |known| hasher.hash_one(name_of(*known)),
-            );
-            match slot {
-                hashbrown::hash_table::Entry::Occupied(_) => {
-                    return Err(format!("id {:?} is listed twice", name_of(id)));
-                }
-                hashbrown::hash_table::Entry::Vacant(vacant) => {
-                    vacant.insert(id);
-                }
-            }
-        }
-        crate::checkpoint::drop_in_background((hashes, order));
-        Ok(())
     }
 
     /// Sets the delete count of id number `id`.
@@ -796,36 +802,28 @@ impl Index {
 
     /// A new id lookup with room for `more` ids besides those known, when adding that many would
     /// make the lookup grow; `None` while there is room. Growing in place rehashes every id under the
-    /// index write lock, with every reader waiting (72 ms at 917,504 ids here); this copy is built by
-    /// the writer thread under a read lock, from the ids in order, and swapped in with
+    /// index write lock, with every reader waiting (81 ms at 917,504 ids here); this copy is built by
+    /// the writer thread under a read lock, as a checkpoint's is loaded, and swapped in with
     /// [`Index::install_lookup`].
     pub(crate) fn grown_lookup(&self, more: usize) -> Option<HashTable<u32>> {
         let needed = self.by_name.len().saturating_add(more);
         if needed <= self.by_name.capacity() {
             return None;
         }
-        let (ids, names, hasher) = (&self.ids, &self.names, &self.hasher);
-        let name_of = |id: u32| ids.get(position(id)).map_or("", |e| names.get(e.name));
         let mut table = HashTable::new();
-        // A size past what can be allocated gets no copy: the lookup then grows in place.
+        // A size past what can be allocated gets no copy: the lookup then grows in place. The table
+        // is empty, so reserving never rehashes.
         table
-            .try_reserve(needed.max(self.by_name.capacity().saturating_mul(2)), |known: &u32| {
-                hasher.hash_one(name_of(*known))
-            })
+            .try_reserve(needed.max(self.by_name.capacity().saturating_mul(2)), |_: &u32| 0)
             .ok()?;
-        for (id, entry) in ids.iter().enumerate() {
-            let id = u32::try_from(id).unwrap_or(NO_SLOT);
-            table.insert_unique(hasher.hash_one(names.get(entry.name)), id, |known| {
-                hasher.hash_one(name_of(*known))
-            });
-        }
+        fill_lookup(&mut table, &self.ids, &self.names.chunks, &self.hasher).ok()?;
         Some(table)
     }
 
     /// Puts in a lookup from [`Index::grown_lookup`], unless ids were added since it was built (then
     /// it would miss them, and the lookup in place is kept). Returns whether it was put in.
     pub(crate) fn install_lookup(&mut self, lookup: HashTable<u32>) -> bool {
-        if lookup.len() != self.by_name.len() || lookup.len() != self.ids.len() {
+        if lookup.len() != self.ids.len() {
             return false;
         }
         let old = std::mem::replace(&mut self.by_name, lookup);

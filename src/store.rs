@@ -320,16 +320,12 @@ impl Shared {
 
     /// Hands a batch of operations to the writer thread and waits for its outcome.
     pub(crate) fn submit(&self, ops: Vec<Op>) -> Result<Vec<OpOutcome>> {
-        self.submit_answered(ops).map(|answer| answer.outcomes)
+        self.submit_then(ops, || ()).map(|answer| answer.outcomes)
     }
 
-    /// [`Shared::submit`], with the operations handed back.
-    pub(crate) fn submit_answered(&self, ops: Vec<Op>) -> Result<Answer> {
-        self.submit_then(ops, || ())
-    }
-
-    /// [`Shared::submit_answered`], running `meanwhile` on this thread once the operations are sent,
-    /// before waiting for their answer: work that would otherwise wait for the write and its fsync.
+    /// [`Shared::submit`], with the operations handed back, running `meanwhile` on this thread once
+    /// they are sent, before waiting for their answer: work that would otherwise wait for the write
+    /// and its fsync.
     pub(crate) fn submit_then(&self, ops: Vec<Op>, meanwhile: impl FnOnce()) -> Result<Answer> {
         let (reply, answer) = crossbeam_channel::bounded(1);
         self.send(Command::Write { ops, reply })?;
