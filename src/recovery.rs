@@ -6,7 +6,9 @@
 //! valid frame after it, is damage to acknowledged data: opening fails with `Error::Corrupt` naming
 //! the file and offset; so is a whole frame with a good CRC but the wrong seq, wherever it is. A newest
 //! segment whose header is incomplete was torn while being created and holds nothing: it is removed
-//! and created again.
+//! and created again. Zero bytes from the end of the newest segment's frames to the end of its file
+//! are space the writer allocated ahead of its appends: they are cut off as well, and counted apart
+//! (`unwritten_bytes`), since a store that was not closed always leaves them.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -38,6 +40,10 @@ pub struct RecoveryStats {
     pub records: u64,
     /// Bytes of a torn tail cut off the newest segment.
     pub truncated_bytes: u64,
+    /// Zero bytes cut off the newest segment after its last frame: space the writer allocated
+    /// ahead of its appends and never wrote (a store that was not closed leaves them). Not damage,
+    /// and not counted in `truncated_bytes`.
+    pub unwritten_bytes: u64,
     /// Whether a newest segment torn while being created was removed.
     pub removed_torn_segment: bool,
     /// Stray temporary files removed.
@@ -498,6 +504,14 @@ fn replay(
         );
         let end = match scanned {
             ScanEnd::Clean { end } => end,
+            ScanEnd::Bad { offset, torn: true, .. }
+                if bytes
+                    .get(offset..)
+                    .is_some_and(|tail| tail.iter().all(|byte| *byte == 0)) =>
+            {
+                stats.unwritten_bytes += (bytes.len() - offset) as u64;
+                offset
+            }
             ScanEnd::Bad {
                 offset,
                 torn: true,
@@ -539,6 +553,7 @@ fn replay(
                 file,
                 number,
                 len: end as u64,
+                allocated: end as u64,
                 segment,
             });
         } else {

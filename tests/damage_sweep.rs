@@ -32,6 +32,9 @@
 //!   the undamaged one, except that an item whose own record was damaged may answer `HashMismatch`
 //!   (and `get` fail with `Error::Corrupt` naming the file); when no read came across the damage,
 //!   `verify()` reports it;
+//! - only when the damage lies in the zeros past the newest segment's last frame (space the writer
+//!   allocated ahead of its appends, which the crashed form keeps): the undamaged state, and the
+//!   newest segment cut right after its last frame;
 //! - only when the damage reaches into the tail of the newest segment that opening replays: the tail
 //!   truncated from the first damaged frame on (never at a whole frame with a good CRC), and the state
 //!   exactly the one the workload had before that frame's batch. docs/FORMAT.md calls this a torn
@@ -526,11 +529,15 @@ fn le_u32(bytes: &[u8], at: usize) -> usize {
     u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes")) as usize
 }
 
-/// The frames of a pristine segment, with the put records in each.
+/// The frames of a pristine segment, with the put records in each. The newest segment of a store
+/// that was not closed ends in zeros: space allocated ahead of its appends.
 fn frames(bytes: &[u8]) -> Vec<Frame> {
     let mut out = Vec::new();
     let mut at = SEGMENT_HEADER_BYTES;
     while at < bytes.len() {
+        if bytes[at..].iter().all(|byte| *byte == 0) {
+            return out;
+        }
         let end = at + FRAME_HEADER_BYTES + le_u32(bytes, at);
         let seq = u64::from_le_bytes(bytes[at + 9..at + 17].try_into().expect("8 bytes"));
         let count = le_u32(bytes, at + FRAME_HEADER_BYTES);
@@ -712,6 +719,9 @@ enum Outcome {
     /// Opened with the undamaged state; the damaged item records answer `HashMismatch` and `get`
     /// fails with `Corrupt` naming the file.
     ReportedOnRead,
+    /// Opened with the undamaged state; the damage was in the zeros allocated past the newest
+    /// segment's last frame (a store that was not closed leaves them), which opening cut off.
+    AllocatedCut,
     /// Opened after truncating the tail of the newest segment from the first damaged frame on; the
     /// state is the one before that frame's batch. The number is how many acknowledged batches
     /// (frames of the undamaged store) were cut.
@@ -758,8 +768,17 @@ fn run_case(built: &Built, case: &Case, depth: Depth) -> std::result::Result<Out
     let disk = form.disk.copy();
     disk.set_file_bytes(&file.path, bytes);
 
-    // Where an error may point: from the start of the frame (or header) the damage begins in.
+    // Where the newest segment's frames end, before the zeros allocated past them (if any).
+    let data_end = file.segment.as_ref().filter(|segment| segment.newest).map(|segment| {
+        segment
+            .frames
+            .last()
+            .map_or(SEGMENT_HEADER_BYTES, |frame| frame.range.end)
+    });
+    // Where an error may point: from the start of the frame (or header) the damage begins in; for
+    // damage to the newest segment's allocated zeros, their start.
     let floor = match &file.segment {
+        Some(_) if data_end.is_some_and(|end| changed.start >= end) => data_end.unwrap_or_default(),
         Some(segment) if changed.start >= SEGMENT_HEADER_BYTES => segment
             .frames
             .iter()
@@ -824,14 +843,26 @@ fn run_case(built: &Built, case: &Case, depth: Depth) -> std::result::Result<Out
             .map(|(_, id)| id.clone())
             .collect()
     };
-    let outcome = if recovery.truncated_bytes > 0 {
-        let segment = file.segment.as_ref().filter(|segment| segment.newest).ok_or_else(|| {
-            format!(
-                "{} bytes truncated, but the damage is not in the newest segment",
-                recovery.truncated_bytes
-            )
-        })?;
-        let cut = damaged_len as u64 - recovery.truncated_bytes;
+    ensure!(
+        recovery.truncated_bytes == 0 || data_end.is_some(),
+        "{} bytes truncated, but the damage is not in the newest segment",
+        recovery.truncated_bytes
+    );
+    // Opening cuts the newest segment after its last good frame: a torn tail (`truncated_bytes`),
+    // zeros (`unwritten_bytes`), or both. Damage past the last frame cuts no frame.
+    let cut = data_end.map(|_| damaged_len as u64 - recovery.truncated_bytes - recovery.unwritten_bytes);
+    if let (Some(cut), Some(end)) = (cut, data_end) {
+        ensure!(
+            cut <= end as u64,
+            "opening kept {cut} bytes of the newest segment, whose frames end at {end}"
+        );
+    }
+    let outcome = if let Some(cut) = cut.filter(|cut| data_end.is_some_and(|end| *cut < end as u64)) {
+        let segment = file
+            .segment
+            .as_ref()
+            .filter(|segment| segment.newest)
+            .ok_or("no newest segment")?;
         let first_read = floor.max(resumed_at);
         ensure!(
             cut == first_read as u64,
@@ -860,7 +891,7 @@ fn run_case(built: &Built, case: &Case, depth: Depth) -> std::result::Result<Out
             .collect();
         if let Damage::Flip { .. } = case.damage {
             ensure!(
-                lost.len() == 1 && lost[0].range.end == file.bytes.len(),
+                lost.len() == 1 && Some(lost[0].range.end) == data_end,
                 "a single flip truncated {} frames: more than the last one",
                 lost.len()
             );
@@ -879,6 +910,12 @@ fn run_case(built: &Built, case: &Case, depth: Depth) -> std::result::Result<Out
             file,
         )?;
         Outcome::Truncated(lost.len())
+    } else if data_end.is_some_and(|end| changed.start >= end) {
+        // Only the zeros allocated past the last frame were hit: opening cut them (checked above:
+        // right after the last frame), and nothing else changed.
+        let reported = compare(&store, built, &built.last, &BTreeSet::new(), depth, file)?;
+        ensure!(!reported, "damage past the last frame was reported on read");
+        Outcome::AllocatedCut
     } else {
         let reported = compare(&store, built, &built.last, &affected(usize::MAX), depth, file)?;
         if reported {
@@ -1303,7 +1340,8 @@ fn large() -> &'static Built {
 fn every_bit_of_every_file_of_a_small_store() {
     let built = small();
     // The closed form's segments are byte for byte the crashed form's (a clean close writes only a
-    // checkpoint): of the closed form, only its checkpoint.
+    // checkpoint, and cuts the zeros allocated past the newest segment's frames): of the closed
+    // form, only its checkpoint.
     let cases = every_flip(built, &|form, file| {
         form.name != "closed cleanly" || file.segment.is_none()
     });

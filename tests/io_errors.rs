@@ -1001,6 +1001,7 @@ fn every_storage_call_of_a_reference_workload_fails_with_eio_enospc_and_a_short_
     let kinds_made: BTreeSet<CallKind> = log.iter().map(|call| call.kind).collect();
     for kind in [
         CallKind::Append,
+        CallKind::Allocate,
         CallKind::SyncData,
         CallKind::SyncAll,
         CallKind::SyncDir,

@@ -54,11 +54,11 @@ fn a_hole_left_by_unsynced_writes_is_truncated_and_what_was_flushed_survives() {
         let store = open(&disk, Durability::Never).expect("open");
         store.add(batch(0)).expect("add 0");
         store.flush().expect("flush");
-        let durable = segment(&disk).len();
+        let durable = common::frames_end(&segment(&disk));
         let mut ends = Vec::new();
         for n in 1..=4 {
             store.add(batch(n)).expect("add");
-            ends.push(segment(&disk).len());
+            ends.push(common::frames_end(&segment(&disk)));
         }
         let crashed = disk.crash(seed);
         drop(store);
@@ -117,13 +117,17 @@ fn damage_before_a_frame_written_after_a_sync_is_still_an_error() {
     let mut ends = Vec::new();
     for n in 0..3 {
         store.add(batch(n)).expect("add");
-        ends.push(segment(&disk).len());
+        ends.push(common::frames_end(&segment(&disk)));
     }
     // A power cut rather than a clean close, so that no checkpoint covers the frames.
     let damaged = disk.crash_losing_unsynced();
     drop(store);
     let mut bytes = segment(&damaged);
-    assert_eq!(bytes.len(), ends[2], "every acknowledged frame is durable");
+    assert_eq!(
+        common::frames_end(&bytes),
+        ends[2],
+        "every acknowledged frame is durable"
+    );
     // A flipped bit inside the second frame's payload.
     let at = ends[0] + 40;
     bytes[at] ^= 0x10;

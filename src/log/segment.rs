@@ -183,17 +183,16 @@ impl Segment {
         if published < mapped.saturating_add(WINDOW_STEP_MIN.max(mapped / 4)) {
             return;
         }
-        // The file is only ever appended to while the store is open (see `StorageFile::map`): the
-        // mapping covers at least the published bytes and they never change.
-        match self.file.map() {
-            Ok(bytes) if bytes.len() as u64 >= published => {
+        // The writer only writes past the published bytes while the store is open (see
+        // `StorageFile::map_prefix`): mapped, they never change.
+        match self.file.map_prefix(published) {
+            Ok(bytes) => {
                 let mut window = self.window.write().unwrap_or_else(std::sync::PoisonError::into_inner);
                 let old = window.replace(bytes);
                 drop(window);
                 // Unmapped here, outside the lock: readers copy out of the window under it.
                 drop(old);
             }
-            Ok(_) => tracing::debug!("{}: mapping is shorter than the published bytes", self.path.display()),
             Err(e) => tracing::debug!("{}: mapping the active segment failed: {e}", self.path.display()),
         }
     }

@@ -1,11 +1,11 @@
 //! The real backend: `std::fs`, and `memmap2` for segments and checkpoints. The crate's only `unsafe`.
 
 use std::fs::{File, OpenOptions};
-use std::io::{self, Write};
+use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use memmap2::Mmap;
+use memmap2::MmapOptions;
 
 use super::{DirLock, SharedBytes, Storage, StorageFile};
 
@@ -13,8 +13,21 @@ use super::{DirLock, SharedBytes, Storage, StorageFile};
 #[derive(Debug, Default, Clone, Copy)]
 pub struct FileStorage;
 
+/// An open file and its write position (files are not opened `O_APPEND`: an allocated tail must
+/// not move where the next append goes).
 #[derive(Debug)]
-struct RealFile(File);
+struct RealFile {
+    file: File,
+    position: u64,
+}
+
+impl RealFile {
+    /// `file`, writing at its end.
+    fn at_end(file: File) -> io::Result<RealFile> {
+        let position = file.metadata()?.len();
+        Ok(RealFile { file, position })
+    }
+}
 
 #[derive(Debug)]
 struct LockFile(#[allow(dead_code, reason = "held for its lock, released when dropped")] File);
@@ -23,42 +36,89 @@ impl DirLock for LockFile {}
 
 impl StorageFile for RealFile {
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        self.0.read_exact_at(buf, offset)
+        self.file.read_exact_at(buf, offset)
     }
 
     fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
-        self.0.write_all(bytes)
+        self.file.write_all_at(bytes, self.position)?;
+        self.position += bytes.len() as u64;
+        Ok(())
+    }
+
+    fn allocate(&mut self, len: u64) -> io::Result<()> {
+        let Some(ahead) = len.checked_sub(self.position).filter(|ahead| *ahead > 0) else {
+            return Ok(());
+        };
+        #[cfg(target_os = "linux")]
+        {
+            // Mode 0, from the write position (everything before it is written): the length grows
+            // to `len` if shorter, the new range reads as zeros and its blocks are reserved.
+            let flags = rustix::fs::FallocateFlags::empty();
+            match rustix::fs::fallocate(&self.file, flags, self.position, ahead) {
+                Ok(()) => return Ok(()),
+                // File systems without fallocate: grow the length alone (sparse), as elsewhere.
+                Err(rustix::io::Errno::OPNOTSUPP | rustix::io::Errno::NOSYS) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        if self.file.metadata()?.len() < len {
+            self.file.set_len(len)?;
+        }
+        Ok(())
     }
 
     fn sync_data(&mut self) -> io::Result<()> {
-        self.0.sync_data()
+        self.file.sync_data()
     }
 
     fn sync_all(&mut self) -> io::Result<()> {
-        self.0.sync_all()
+        self.file.sync_all()
     }
 
     fn set_len(&mut self, len: u64) -> io::Result<()> {
-        self.0.set_len(len)
+        self.file.set_len(len)?;
+        self.position = len;
+        Ok(())
     }
 
+    fn map(&self) -> io::Result<SharedBytes> {
+        self.map_len(self.file.metadata()?.len())
+    }
+
+    fn map_prefix(&self, len: u64) -> io::Result<SharedBytes> {
+        if self.file.metadata()?.len() < len {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "mapping past the end of the file",
+            ));
+        }
+        self.map_len(len)
+    }
+}
+
+impl RealFile {
+    /// Maps the file's first `len` bytes, which the caller has checked are within the file.
     #[expect(
         unsafe_code,
         reason = "mapping a segment or a checkpoint is the crate's one unsafe operation"
     )]
-    fn map(&self) -> io::Result<SharedBytes> {
-        // SAFETY: ctxlog maps sealed segments and checkpoint files, which no ctxlog code writes,
-        // truncates or renames while the store is open (the LOCK file keeps other ctxlog processes
-        // out; compaction renames a new file over the path, which leaves this mapping on the old file;
-        // a checkpoint is written whole under a temporary name, and later only removed, which leaves
-        // the mapping on the removed file), and the active segment, which the writer thread only
-        // appends to while the store is open (a torn tail is cut only by recovery, before any map):
-        // the mapping covers the file's length at this call, every page of it stays backed by the
-        // file, and appends change only bytes past it. A process that ignores
-        // the lock and modifies the file could change the mapped bytes under us; every read of mapped
-        // bytes is bounds-checked and CRC-checked, so such damage is reported as corruption, not
-        // undefined reads.
-        let map = unsafe { Mmap::map(&self.0) }?;
+    fn map_len(&self, len: u64) -> io::Result<SharedBytes> {
+        let len = usize::try_from(len).map_err(|_| io::Error::other("mapping longer than the address space"))?;
+        // SAFETY: ctxlog maps three kinds of files, and no ctxlog code changes a mapped byte while
+        // the store is open (the LOCK file keeps other ctxlog processes out):
+        // - sealed segments and checkpoint files, whole: nothing writes or truncates them;
+        //   compaction renames a new file over a segment's path, which leaves this mapping on the
+        //   old file; a checkpoint is written whole under a temporary name and later only removed,
+        //   which leaves the mapping on the removed file;
+        // - the active segment, up to its published length only: the writer thread writes it only
+        //   at its write position, never before the published length (the space it allocates
+        //   ahead is written later, past the mapped bytes), and truncates it only when sealing it,
+        //   to that position; a torn tail is cut only by recovery, before any map.
+        // So every mapped page stays backed by the file and the mapped bytes never change. A
+        // process that ignores the lock and modifies the file could change them under us; every
+        // read of mapped bytes is bounds-checked and CRC-checked, so such damage is reported as
+        // corruption, not undefined reads.
+        let map = unsafe { MmapOptions::new().len(len).map(&self.file) }?;
         Ok(SharedBytes::new(map))
     }
 }
@@ -101,22 +161,22 @@ impl Storage for FileStorage {
     }
 
     fn open_read(&self, path: &Path) -> io::Result<Box<dyn StorageFile>> {
-        Ok(Box::new(RealFile(File::open(path)?)))
+        Ok(Box::new(RealFile::at_end(File::open(path)?)?))
     }
 
     fn open_append(&self, path: &Path) -> io::Result<Box<dyn StorageFile>> {
-        let file = OpenOptions::new().read(true).append(true).open(path)?;
-        Ok(Box::new(RealFile(file)))
+        let file = OpenOptions::new().read(true).write(true).open(path)?;
+        Ok(Box::new(RealFile::at_end(file)?))
     }
 
     fn create_new(&self, path: &Path) -> io::Result<Box<dyn StorageFile>> {
-        let file = OpenOptions::new().create_new(true).append(true).read(true).open(path)?;
-        Ok(Box::new(RealFile(file)))
+        let file = OpenOptions::new().create_new(true).write(true).read(true).open(path)?;
+        Ok(Box::new(RealFile { file, position: 0 }))
     }
 
     fn create(&self, path: &Path) -> io::Result<Box<dyn StorageFile>> {
         let file = OpenOptions::new().create(true).truncate(true).write(true).open(path)?;
-        Ok(Box::new(RealFile(file)))
+        Ok(Box::new(RealFile { file, position: 0 }))
     }
 
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {

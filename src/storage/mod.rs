@@ -43,18 +43,27 @@ impl fmt::Debug for SharedBytes {
     }
 }
 
-/// An open file. Writes append; `sync_data` / `sync_all` make what was written durable.
+/// An open file. Writes append at the file's write position, which starts at the file's length when
+/// it is opened and is moved by `append` and `set_len` only: [`StorageFile::allocate`] can make the
+/// file longer than what was written. `sync_data` / `sync_all` make what was written durable.
 pub trait StorageFile: Send + Sync + fmt::Debug {
     /// Reads exactly `buf.len()` bytes at `offset`.
     ///
     /// # Errors
     /// `UnexpectedEof` past the end; any I/O error.
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
-    /// Appends `bytes` at the end of the file.
+    /// Writes `bytes` at the write position and moves it past them.
     ///
     /// # Errors
     /// Any I/O error; part of `bytes` may have been written.
     fn append(&mut self, bytes: &[u8]) -> io::Result<()>;
+    /// Makes the file at least `len` bytes long, the new bytes zero and their space reserved, without
+    /// moving the write position: appends up to `len` then change no file length, so that a sync
+    /// after each of them commits no metadata. The new length is durable after the next sync.
+    ///
+    /// # Errors
+    /// Any I/O error (`ENOSPC` when the space is not there).
+    fn allocate(&mut self, len: u64) -> io::Result<()>;
     /// Makes the file's data (and its length) durable.
     ///
     /// # Errors
@@ -65,7 +74,7 @@ pub trait StorageFile: Send + Sync + fmt::Debug {
     /// # Errors
     /// As [`StorageFile::sync_data`].
     fn sync_all(&mut self) -> io::Result<()>;
-    /// Cuts (or extends with zeros) the file to `len` bytes.
+    /// Cuts (or extends with zeros) the file to `len` bytes, and moves the write position there.
     ///
     /// # Errors
     /// Any I/O error.
@@ -77,6 +86,12 @@ pub trait StorageFile: Send + Sync + fmt::Debug {
     /// # Errors
     /// Any I/O error.
     fn map(&self) -> io::Result<SharedBytes>;
+    /// The file's first `len` bytes as shared bytes: for the active segment, whose bytes past the
+    /// published length may still be written (they were allocated ahead of the writes).
+    ///
+    /// # Errors
+    /// `UnexpectedEof` if the file is shorter; any I/O error.
+    fn map_prefix(&self, len: u64) -> io::Result<SharedBytes>;
 }
 
 /// A lock on a store directory, released when dropped.
@@ -114,7 +129,7 @@ pub trait Storage: Send + Sync + fmt::Debug {
     /// # Errors
     /// `NotFound`; any I/O error.
     fn open_read(&self, path: &Path) -> io::Result<Box<dyn StorageFile>>;
-    /// Opens an existing file for reading and appending.
+    /// Opens an existing file for reading and appending (at its end).
     ///
     /// # Errors
     /// `NotFound`; any I/O error.

@@ -73,6 +73,8 @@ pub enum CallKind {
     SyncAll,
     /// `StorageFile::set_len`.
     SetLen,
+    /// `StorageFile::allocate`.
+    Allocate,
     /// `StorageFile::map`.
     Map,
 }
@@ -83,7 +85,7 @@ impl CallKind {
     pub fn writes_file(self) -> bool {
         matches!(
             self,
-            CallKind::Append | CallKind::SyncData | CallKind::SyncAll | CallKind::SetLen
+            CallKind::Append | CallKind::SyncData | CallKind::SyncAll | CallKind::SetLen | CallKind::Allocate
         )
     }
 
@@ -115,8 +117,13 @@ const ENOSPC: i32 = 28;
 
 #[derive(Debug, Clone)]
 enum Pending {
-    Write { offset: u64, bytes: Vec<u8> },
+    Write {
+        offset: u64,
+        bytes: Vec<u8>,
+    },
     SetLen(u64),
+    /// `allocate`: the length grows to at least this, with zeros.
+    Grow(u64),
 }
 
 #[derive(Debug, Clone, Default)]
@@ -140,6 +147,12 @@ impl Inode {
                 }
             }
             Pending::SetLen(len) => bytes.resize(usize::try_from(*len).unwrap_or(usize::MAX), 0),
+            Pending::Grow(len) => {
+                let len = usize::try_from(*len).unwrap_or(usize::MAX);
+                if bytes.len() < len {
+                    bytes.resize(len, 0);
+                }
+            }
         }
     }
 
@@ -369,6 +382,8 @@ struct SimFile {
     inode: u64,
     handle: u64,
     path: PathBuf,
+    /// Where the next append writes.
+    position: u64,
 }
 
 #[derive(Debug)]
@@ -609,11 +624,13 @@ impl SimDisk {
             (Err(_), Create::New | Create::Truncate) => state.create_inode(path)?,
         };
         let handle = state.new_handle();
+        let position = state.inode(inode)?.current.len() as u64;
         Ok(Box::new(SimFile {
             state: Arc::clone(&self.state),
             inode,
             handle,
             path: path.to_path_buf(),
+            position,
         }))
     }
 }
@@ -665,13 +682,15 @@ impl StorageFile for SimFile {
     fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
         let (mut state, fault) = self.enter(CallKind::Append);
         let file = state.inode(self.inode)?;
-        let offset = file.current.len() as u64;
+        let offset = self.position;
         match fault {
             None => {
                 file.change(Pending::Write {
                     offset,
                     bytes: bytes.to_vec(),
                 });
+                drop(state);
+                self.position += bytes.len() as u64;
                 Ok(())
             }
             Some(Fault::ShortWrite) => {
@@ -702,6 +721,20 @@ impl StorageFile for SimFile {
             return Err(error(fault));
         }
         state.inode(self.inode)?.change(Pending::SetLen(len));
+        drop(state);
+        self.position = len;
+        Ok(())
+    }
+
+    fn allocate(&mut self, len: u64) -> io::Result<()> {
+        let (mut state, fault) = self.enter(CallKind::Allocate);
+        if let Some(fault) = fault {
+            return Err(error(fault));
+        }
+        let file = state.inode(self.inode)?;
+        if (file.current.len() as u64) < len {
+            file.change(Pending::Grow(len));
+        }
         Ok(())
     }
 
@@ -711,6 +744,20 @@ impl StorageFile for SimFile {
             return Err(error(fault));
         }
         let bytes: Arc<[u8]> = state.inode(self.inode)?.current.as_slice().into();
+        Ok(SharedBytes::new(bytes))
+    }
+
+    fn map_prefix(&self, len: u64) -> io::Result<SharedBytes> {
+        let (mut state, fault) = self.enter(CallKind::Map);
+        if let Some(fault) = fault {
+            return Err(error(fault));
+        }
+        let current = &state.inode(self.inode)?.current;
+        let prefix = usize::try_from(len)
+            .ok()
+            .and_then(|len| current.get(..len))
+            .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "mapping past the end of the file"))?;
+        let bytes: Arc<[u8]> = prefix.into();
         Ok(SharedBytes::new(bytes))
     }
 }
@@ -892,6 +939,48 @@ mod tests {
         }
         assert_eq!(seen.len(), 3, "every prefix of the changes happens for some seed");
         assert!(disk.remove(&path("old")).is_err(), "a crashed disk stays powered off");
+    }
+
+    #[test]
+    fn allocated_space_reads_as_zeros_and_appends_write_into_it() {
+        let disk = disk_with_dir();
+        let mut file = disk.create_new(&path("a")).unwrap();
+        disk.sync_dir(Path::new(DIR)).unwrap();
+        file.append(b"head").unwrap();
+        file.allocate(16).unwrap();
+        assert_eq!(disk.read(&path("a")).unwrap(), b"head\0\0\0\0\0\0\0\0\0\0\0\0");
+        // The write position stays where the last append ended, not at the new end of the file.
+        file.append(b"body").unwrap();
+        assert_eq!(disk.read(&path("a")).unwrap(), b"headbody\0\0\0\0\0\0\0\0");
+        // Allocating less than the file holds changes nothing.
+        file.allocate(4).unwrap();
+        assert_eq!(disk.len(&path("a")).unwrap(), 16);
+        assert_eq!(&*file.map_prefix(8).unwrap(), b"headbody");
+        assert!(file.map_prefix(17).is_err(), "a prefix longer than the file");
+        file.sync_data().unwrap();
+        // Cutting the zeros moves the write position to the new end.
+        file.set_len(8).unwrap();
+        file.append(b"tail").unwrap();
+        assert_eq!(disk.read(&path("a")).unwrap(), b"headbodytail");
+        // Unsynced, the cut, the append and a new allocation may each be lost; what an allocation
+        // covers reads as zeros.
+        file.allocate(32).unwrap();
+        let mut lengths = HashSet::new();
+        for seed in 0..100 {
+            let bytes = disk.crash(seed).read(&path("a")).unwrap();
+            assert!(bytes.starts_with(b"headbody"), "seed {seed}: {bytes:?}");
+            assert!(bytes.len() <= 32, "seed {seed}: {} bytes", bytes.len());
+            assert!(
+                bytes.iter().skip(12).all(|byte| *byte == 0),
+                "seed {seed}: past the append, only zeros: {bytes:?}"
+            );
+            lengths.insert(bytes.len());
+        }
+        assert!(lengths.contains(&32) && lengths.contains(&16), "{lengths:?}");
+        assert_eq!(
+            disk.crash_losing_unsynced().read(&path("a")).unwrap(),
+            b"headbody\0\0\0\0\0\0\0\0"
+        );
     }
 
     #[test]

@@ -171,3 +171,18 @@ pub fn count_store_thread_panics() {
 pub fn store_thread_panics() -> u64 {
     STORE_THREAD_PANICS.load(Ordering::SeqCst)
 }
+
+/// Where the frames of a segment file end (docs/FORMAT.md: a 32-byte header, then frames of a
+/// 17-byte header and the length its first field gives). An open or crashed store's newest segment
+/// goes on with zeros: space allocated ahead of its appends.
+pub fn frames_end(segment: &[u8]) -> usize {
+    let mut at = 32;
+    while let Some(header) = segment.get(at..at + 17) {
+        if segment[at..].iter().all(|byte| *byte == 0) {
+            break;
+        }
+        let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
+        at += 17 + len;
+    }
+    at.min(segment.len())
+}

@@ -1,0 +1,171 @@
+//! The active segment is allocated ahead of its appends (so that a durable add's fsync commits no new
+//! file length), and cut back to its last frame when it is sealed or the store closes. A store that
+//! was not closed leaves zeros past its last frame: opening cuts them, counts them as
+//! `unwritten_bytes` (not as a torn tail) and loses nothing acknowledged.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use ctxlog::storage::SimDisk;
+use ctxlog::*;
+use serde_json::json;
+
+const SEGMENT_SIZE: u64 = 256 << 10;
+
+fn batch(first: usize, count: usize) -> Vec<ContextItem> {
+    (first..first + count)
+        .map(|n| {
+            common::item(
+                &format!("doc-{n}"),
+                common::NOW,
+                "1",
+                json!({"n": n, "text": common::incompressible(&n.to_string(), 300)}),
+            )
+        })
+        .collect()
+}
+
+fn segments(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .expect("listing the store")
+        .map(|entry| entry.expect("dir entry").path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "seg"))
+        .collect();
+    files.sort();
+    files
+}
+
+fn open_file_store(dir: &Path) -> Store {
+    Options::new()
+        .clock(Arc::new(ManualClock::new(common::NOW)))
+        .segment_size(SEGMENT_SIZE)
+        .auto_compact(false)
+        .open(dir)
+        .expect("open")
+}
+
+fn assert_holds(store: &Store, count: usize, context: &str) {
+    let mut ids = common::ids(&store.get(&ContextQuery::new()).expect("get"));
+    ids.sort();
+    let mut want: Vec<String> = (0..count).map(|n| format!("doc-{n}")).collect();
+    want.sort();
+    assert_eq!(ids, want, "{context}");
+    assert!(store.verify().expect("verify").is_ok(), "{context}");
+}
+
+#[test]
+fn the_active_segment_is_allocated_ahead_and_cut_back_when_sealed_and_on_close() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = open_file_store(dir.path());
+    store.add(batch(0, 10)).expect("add");
+    let files = segments(dir.path());
+    assert_eq!(files.len(), 1);
+    let bytes = std::fs::read(&files[0]).expect("read");
+    let written = common::frames_end(&bytes);
+    assert!(
+        bytes.len() > written,
+        "no space allocated ahead: {} bytes, frames end at {written}",
+        bytes.len()
+    );
+    assert!(bytes[written..].iter().all(|byte| *byte == 0));
+    assert!(bytes.len() as u64 <= SEGMENT_SIZE, "allocated past the segment size");
+
+    // Enough for several segments, in batches of 10.
+    let mut count = 10;
+    while segments(dir.path()).len() < 4 {
+        store.add(batch(count, 10)).expect("add");
+        count += 10;
+    }
+    assert_holds(&store, count, "open");
+    let files = segments(dir.path());
+    for sealed in &files[..files.len() - 1] {
+        let bytes = std::fs::read(sealed).expect("read");
+        assert_eq!(
+            common::frames_end(&bytes),
+            bytes.len(),
+            "{}: a sealed segment holds more than its frames",
+            sealed.display()
+        );
+        assert!(
+            bytes.len() as u64 <= SEGMENT_SIZE + (64 << 10),
+            "a sealed segment is too long"
+        );
+    }
+    let newest = files.last().expect("a newest segment");
+    let bytes = std::fs::read(newest).expect("read");
+    assert!(
+        bytes.len() > common::frames_end(&bytes),
+        "the newest segment is not allocated ahead"
+    );
+
+    drop(store);
+    let bytes = std::fs::read(newest).expect("read");
+    assert_eq!(
+        common::frames_end(&bytes),
+        bytes.len(),
+        "a closed store's newest segment ends in allocated zeros"
+    );
+    let store = open_file_store(dir.path());
+    let recovery = store.stats().recovery;
+    assert_eq!((recovery.truncated_bytes, recovery.unwritten_bytes), (0, 0));
+    assert_holds(&store, count, "after a clean close");
+    // Appends go on after the last frame of the reopened segment.
+    store.add(batch(count, 10)).expect("add after reopen");
+    drop(store);
+    let store = open_file_store(dir.path());
+    assert_holds(&store, count + 10, "after adding to the reopened segment");
+}
+
+#[test]
+fn a_store_that_was_not_closed_cuts_its_allocated_zeros_on_open_and_loses_nothing() {
+    const DIR: &str = "/sim/store";
+    let open = |disk: &SimDisk| {
+        Options::new()
+            .storage(Arc::new(disk.clone()))
+            .clock(Arc::new(ManualClock::new(common::NOW)))
+            .segment_size(SEGMENT_SIZE)
+            .auto_compact(false)
+            .open(DIR)
+    };
+    let newest = |disk: &SimDisk| {
+        let mut names: Vec<String> = disk
+            .file_names(Path::new(DIR))
+            .into_iter()
+            .filter(|name| name.ends_with(".seg"))
+            .collect();
+        names.sort();
+        let name = names.pop().expect("a segment");
+        disk.file_bytes(&Path::new(DIR).join(name)).expect("segment bytes")
+    };
+    let disk = SimDisk::new();
+    let store = open(&disk).expect("open");
+    let mut count = 0;
+    for _ in 0..5 {
+        store.add(batch(count, 7)).expect("add");
+        count += 7;
+    }
+    // Every add was acknowledged under Immediate: a power cut keeps all of them, and the zeros.
+    let crashed = disk.crash_losing_unsynced();
+    drop(store);
+    let bytes = newest(&crashed);
+    let written = common::frames_end(&bytes);
+    assert!(bytes.len() > written, "the crash left no allocated zeros to cut");
+
+    let store = open(&crashed).expect("open after the power cut");
+    let recovery = store.stats().recovery;
+    assert_eq!(recovery.truncated_bytes, 0, "allocated zeros counted as a torn tail");
+    assert_eq!(recovery.unwritten_bytes, (bytes.len() - written) as u64);
+    assert_holds(&store, count, "after the power cut");
+    assert_eq!(newest(&crashed).len(), written, "the zeros were not cut");
+
+    // The store goes on writing after its last frame, and a second power cut loses nothing either.
+    store.add(batch(count, 7)).expect("add after recovery");
+    count += 7;
+    let again = crashed.crash_losing_unsynced();
+    drop(store);
+    let store = open(&again).expect("open after the second power cut");
+    assert_eq!(store.stats().recovery.truncated_bytes, 0);
+    assert_holds(&store, count, "after the second power cut");
+}
