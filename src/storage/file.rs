@@ -54,11 +54,15 @@ impl StorageFile for RealFile {
             // Mode 0, from the write position (everything before it is written): the length grows
             // to `len` if shorter, the new range reads as zeros and its blocks are reserved.
             let flags = rustix::fs::FallocateFlags::empty();
-            match rustix::fs::fallocate(&self.file, flags, self.position, ahead) {
-                Ok(()) => return Ok(()),
-                // File systems without fallocate: grow the length alone (sparse), as elsewhere.
-                Err(rustix::io::Errno::OPNOTSUPP | rustix::io::Errno::NOSYS) => {}
-                Err(e) => return Err(e.into()),
+            loop {
+                match rustix::fs::fallocate(&self.file, flags, self.position, ahead) {
+                    Ok(()) => return Ok(()),
+                    // Interrupted by a signal: as `std` does for its own calls, try again.
+                    Err(rustix::io::Errno::INTR) => {}
+                    // File systems without fallocate: grow the length alone (sparse), as elsewhere.
+                    Err(rustix::io::Errno::OPNOTSUPP | rustix::io::Errno::NOSYS) => break,
+                    Err(e) => return Err(e.into()),
+                }
             }
         }
         if self.file.metadata()?.len() < len {
@@ -189,5 +193,41 @@ impl Storage for FileStorage {
 
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         File::open(dir)?.sync_all()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn allocated_space_reads_as_zeros_and_appends_write_into_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a");
+        let mut file = FileStorage.create_new(&path).unwrap();
+        file.append(b"head").unwrap();
+        file.allocate(1 << 16).unwrap();
+        assert_eq!(FileStorage.len(&path).unwrap(), 1 << 16);
+        // The write position stays after the last append, not at the new end of the file.
+        file.append(b"body").unwrap();
+        let bytes = FileStorage.read(&path).unwrap();
+        assert_eq!(bytes.len(), 1 << 16);
+        assert_eq!(&bytes[..8], b"headbody");
+        assert!(bytes[8..].iter().all(|byte| *byte == 0));
+        // Allocating less than the file holds changes nothing.
+        file.allocate(4).unwrap();
+        assert_eq!(FileStorage.len(&path).unwrap(), 1 << 16);
+        assert_eq!(&*file.map_prefix(8).unwrap(), b"headbody");
+        assert!(file.map_prefix((1 << 16) + 1).is_err(), "a prefix longer than the file");
+        // Cutting the zeros moves the write position to the new end.
+        file.set_len(8).unwrap();
+        file.append(b"tail").unwrap();
+        file.sync_data().unwrap();
+        assert_eq!(FileStorage.read(&path).unwrap(), b"headbodytail");
+        // A file opened again writes at its end.
+        let mut again = FileStorage.open_append(&path).unwrap();
+        again.append(b"!").unwrap();
+        assert_eq!(FileStorage.read(&path).unwrap(), b"headbodytail!");
+        assert_eq!(&*again.map().unwrap(), b"headbodytail!");
     }
 }
