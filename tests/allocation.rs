@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use ctxlog::storage::SimDisk;
@@ -25,16 +25,6 @@ fn batch(first: usize, count: usize) -> Vec<ContextItem> {
             )
         })
         .collect()
-}
-
-fn segments(dir: &Path) -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .expect("listing the store")
-        .map(|entry| entry.expect("dir entry").path())
-        .filter(|path| path.extension().is_some_and(|ext| ext == "seg"))
-        .collect();
-    files.sort();
-    files
 }
 
 fn open_file_store(dir: &Path) -> Store {
@@ -60,7 +50,7 @@ fn the_active_segment_is_allocated_ahead_and_cut_back_when_sealed_and_on_close()
     let dir = tempfile::tempdir().expect("temp dir");
     let store = open_file_store(dir.path());
     store.add(batch(0, 10)).expect("add");
-    let files = segments(dir.path());
+    let files = common::segment_files(dir.path());
     assert_eq!(files.len(), 1);
     let bytes = std::fs::read(&files[0]).expect("read");
     let written = common::frames_end(&bytes);
@@ -74,12 +64,12 @@ fn the_active_segment_is_allocated_ahead_and_cut_back_when_sealed_and_on_close()
 
     // Enough for several segments, in batches of 10.
     let mut count = 10;
-    while segments(dir.path()).len() < 4 {
+    while common::segment_files(dir.path()).len() < 4 {
         store.add(batch(count, 10)).expect("add");
         count += 10;
     }
     assert_holds(&store, count, "open");
-    let files = segments(dir.path());
+    let files = common::segment_files(dir.path());
     for sealed in &files[..files.len() - 1] {
         let bytes = std::fs::read(sealed).expect("read");
         assert_eq!(

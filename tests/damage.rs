@@ -56,17 +56,6 @@ fn stored(item: &ContextItem) -> ContextItem {
     item.clone().with_hash(format!("sha256:{hex}"))
 }
 
-/// The segment files of a store, oldest first.
-fn segment_files(dir: &Path) -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .expect("listing the store")
-        .map(|entry| entry.expect("dir entry").path())
-        .filter(|path| path.extension().is_some_and(|ext| ext == "seg"))
-        .collect();
-    files.sort();
-    files
-}
-
 /// The byte ranges of the frames of a segment, read from their length fields. An open store's
 /// newest segment ends in zeros: space allocated ahead of its appends.
 fn frames(bytes: &[u8]) -> Vec<Range<usize>> {
@@ -183,7 +172,7 @@ fn garbage_after_the_newest_segment_is_truncated_on_open() {
     let written: Vec<ContextItem> = batches.iter().flatten().cloned().collect();
     let pristine = tempfile::tempdir().expect("temp dir");
     write_batches(pristine.path(), &batches);
-    let segments = segment_files(pristine.path());
+    let segments = common::segment_files(pristine.path());
     assert!(
         segments.len() >= 3,
         "the store should span several segments, has {segments:?}"
@@ -290,7 +279,7 @@ fn classify_flip(dir: &Path, pristine: &Pristine, file: usize, at: usize, bit: u
         .open(&path)
         .and_then(|f| std::os::unix::fs::FileExt::write_all_at(&f, &byte, at as u64))
         .expect("undoing the flip");
-    for path in segment_files(dir) {
+    for path in common::segment_files(dir) {
         match pristine.files.iter().find(|(name, _)| *name == file_name(&path)) {
             Some((_, bytes)) => {
                 if std::fs::read(&path).expect("reading a segment copy") != *bytes {
@@ -441,7 +430,7 @@ fn every_single_bit_flip_is_detected() {
     let batches = flip_test_batches();
     let dir = tempfile::tempdir().expect("temp dir");
     write_batches(dir.path(), &batches);
-    let files: Vec<(String, Vec<u8>)> = segment_files(dir.path())
+    let files: Vec<(String, Vec<u8>)> = common::segment_files(dir.path())
         .iter()
         .map(|path| (file_name(path), std::fs::read(path).expect("reading a segment")))
         .collect();
@@ -531,7 +520,7 @@ fn damage_inside_a_sealed_segment_is_corrupt() {
     let batches = spanning_batches("s", 8);
     let pristine = tempfile::tempdir().expect("temp dir");
     write_batches(pristine.path(), &batches);
-    let segments = segment_files(pristine.path());
+    let segments = common::segment_files(pristine.path());
     assert!(
         segments.len() >= 2,
         "the store should span several segments, has {segments:?}"
@@ -599,7 +588,7 @@ fn a_missing_segment_is_corrupt() {
     let written: Vec<ContextItem> = batches.iter().flatten().cloned().collect();
     let pristine = tempfile::tempdir().expect("temp dir");
     write_batches(pristine.path(), &batches);
-    let segments = segment_files(pristine.path());
+    let segments = common::segment_files(pristine.path());
     assert!(
         segments.len() >= 3,
         "the store should span three segments, has {segments:?}"
@@ -610,7 +599,7 @@ fn a_missing_segment_is_corrupt() {
         copy_store(pristine.path(), dir.path());
         let missing_name = file_name(&segments[missing]);
         std::fs::remove_file(dir.path().join(&missing_name)).expect("removing a segment");
-        let before: Vec<(PathBuf, Vec<u8>)> = segment_files(dir.path())
+        let before: Vec<(PathBuf, Vec<u8>)> = common::segment_files(dir.path())
             .into_iter()
             .map(|path| {
                 let bytes = std::fs::read(&path).expect("reading");
@@ -636,7 +625,7 @@ fn a_missing_segment_is_corrupt() {
                 store.stats().items
             ),
         }
-        let after: Vec<(PathBuf, Vec<u8>)> = segment_files(dir.path())
+        let after: Vec<(PathBuf, Vec<u8>)> = common::segment_files(dir.path())
             .into_iter()
             .map(|path| {
                 let bytes = std::fs::read(&path).expect("reading");
@@ -658,7 +647,7 @@ fn a_newest_segment_torn_while_created_is_removed() {
     let written: Vec<ContextItem> = batches.iter().flatten().cloned().collect();
     let pristine = tempfile::tempdir().expect("temp dir");
     write_batches(pristine.path(), &batches);
-    let segments = segment_files(pristine.path());
+    let segments = common::segment_files(pristine.path());
     assert!(
         segments.len() >= 2,
         "the store should span several segments, has {segments:?}"
@@ -765,7 +754,7 @@ fn bit_rot_under_an_open_store_is_reported_never_returned() {
     for batch in &batches {
         store.add(batch.clone()).expect("add");
     }
-    let files: Vec<(PathBuf, Vec<u8>)> = segment_files(dir.path())
+    let files: Vec<(PathBuf, Vec<u8>)> = common::segment_files(dir.path())
         .into_iter()
         .map(|path| {
             let bytes = std::fs::read(&path).expect("reading a segment");
@@ -859,7 +848,7 @@ fn damage_under_a_checkpoint_is_found_by_verify() {
     let batches = spanning_batches("v", 8);
     let dir = tempfile::tempdir().expect("temp dir");
     write_batches(dir.path(), &batches);
-    let segments = segment_files(dir.path());
+    let segments = common::segment_files(dir.path());
     let sealed = &segments[0];
     let mut bytes = std::fs::read(sealed).expect("reading segment 1");
     let frame = frames(&bytes)[0].clone();
@@ -955,7 +944,7 @@ fn earlier_history_copied_over(trap: &dyn Fn(i64, f64) -> ContextItem, second_ti
             .add(vec![trap(second_timestamp, 0.25)])
             .expect("add the second history");
     }
-    let segment = segment_files(dir.path()).pop().expect("a segment");
+    let segment = common::segment_files(dir.path()).pop().expect("a segment");
     let bytes = std::fs::read(&segment).expect("reading the segment");
     let layout = frames(&bytes);
     let (first, second) = (layout[0].clone(), layout[2].clone());
@@ -1019,7 +1008,7 @@ fn a_frame_with_a_later_seq_in_a_rewritten_segment_is_corrupt_in_that_segment() 
         let report = store.compact().expect("compact");
         assert!(report.segments_rewritten >= 1, "{report:?}");
     }
-    let segments = segment_files(dir.path());
+    let segments = common::segment_files(dir.path());
     let rewritten = &segments[0];
     let rewritten_bytes = std::fs::read(rewritten).expect("reading segment 1");
     assert!(
@@ -1073,7 +1062,7 @@ fn a_whole_frame_with_the_wrong_seq_at_the_tail_is_corrupt_not_a_torn_write() {
         &[vec![item("w-1", 40)], vec![item("w-2", 40)], vec![item("w-3", 400)]],
     );
     remove_checkpoints(pristine.path());
-    let newest = segment_files(pristine.path()).pop().expect("a segment");
+    let newest = common::segment_files(pristine.path()).pop().expect("a segment");
     let bytes = std::fs::read(&newest).expect("reading the segment");
     let layout = frames(&bytes);
     assert_eq!(layout.len(), 3, "one segment with three frames");

@@ -7,7 +7,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use common::{clock_at, incompressible, NOW};
@@ -171,16 +171,6 @@ fn varied_items() -> Vec<ContextItem> {
         .collect()
 }
 
-fn segment_files(dir: &Path) -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .expect("listing the store")
-        .map(|entry| entry.expect("dir entry").path())
-        .filter(|path| path.extension().is_some_and(|ext| ext == "seg"))
-        .collect();
-    files.sort();
-    files
-}
-
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|window| window == needle)
 }
@@ -195,7 +185,7 @@ fn raw_reads_are_byte_identical_to_the_parsed_items() {
 
     // Both storage forms are exercised: short or incompressible content is stored as it is,
     // repetitive content LZ4-compressed (so its canonical bytes are not in the file).
-    let segment: Vec<u8> = segment_files(dir.path())
+    let segment: Vec<u8> = common::segment_files(dir.path())
         .iter()
         .flat_map(|p| std::fs::read(p).expect("read"))
         .collect();
@@ -628,7 +618,7 @@ fn damaged_records_are_reported_never_returned_through_raw_reads() {
         .add([plain.clone(), packed.clone(), healthy.clone()])
         .expect("add");
     store.flush().expect("flush");
-    let path = segment_files(dir.path()).pop().expect("a segment");
+    let path = common::segment_files(dir.path()).pop().expect("a segment");
     let pristine = std::fs::read(&path).expect("read segment");
     let refs = ["plain", "packed", "healthy"];
     let query = ContextQuery::new();

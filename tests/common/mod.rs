@@ -2,7 +2,7 @@
 //! computing expected hashes independently of the engine.
 #![allow(dead_code)]
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Once};
 
@@ -185,4 +185,15 @@ pub fn frames_end(segment: &[u8]) -> usize {
         at += 17 + len;
     }
     at.min(segment.len())
+}
+
+/// The segment files of a store directory, oldest first.
+pub fn segment_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .expect("listing the store")
+        .map(|entry| entry.expect("dir entry").path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "seg"))
+        .collect();
+    files.sort();
+    files
 }
