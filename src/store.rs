@@ -190,7 +190,8 @@ pub struct Stats {
     pub versions: u64,
     /// Segment files.
     pub segments: u64,
-    /// Bytes of every file in the store directory.
+    /// Bytes of every file in the store directory. While the store is open this includes the space
+    /// allocated ahead of the active segment's appends (up to 4 MiB, zeros), which closing gives back.
     pub bytes_on_disk: u64,
     /// Estimated bytes of memory the index uses.
     pub index_bytes: u64,
