@@ -151,6 +151,8 @@ struct History {
     silent_runs: u64,
     /// Torn tails recovery truncated.
     truncations: u64,
+    /// Recoveries that cut zeros allocated ahead of the newest segment's appends.
+    unwritten_cuts: u64,
     /// Full checks (every stored item read back through `get`).
     full_checks: u64,
 }
@@ -272,6 +274,9 @@ fn check_after_crash(dir: &Path, run: u64, acks: &[String], full: bool, history:
     let stats = store.stats();
     if stats.recovery.truncated_bytes > 0 {
         history.truncations += 1;
+    }
+    if stats.recovery.unwritten_bytes > 0 {
+        history.unwritten_cuts += 1;
     }
     let context = format!("run {run}");
 
@@ -401,25 +406,33 @@ fn sigkill_never_loses_acknowledged_batches() {
 
     // A final reopen after the last check is clean: the last recovery left nothing to truncate.
     let store = open_store(dir.path()).expect("final reopen");
+    let recovery = store.stats().recovery;
+    assert_eq!(recovery.truncated_bytes, 0, "a clean reopen truncated bytes");
     assert_eq!(
-        store.stats().recovery.truncated_bytes,
-        0,
-        "a clean reopen truncated bytes"
+        recovery.unwritten_bytes, 0,
+        "a store closed cleanly left allocated zeros after its newest segment's last frame"
     );
     let stats = store.stats();
     assert_eq!(stats.items, history.total_items, "final reopen: stats().items");
     assert_eq!(stats.seq, history.total_batches, "final reopen: stats().seq");
     println!(
         "crash test: {iterations} iterations in {:.1?}: {} acknowledged ids, {} items stored in {} batches, \
-         {} runs acknowledged nothing, {} recoveries truncated a torn tail, {} full checks, {} segments",
+         {} runs acknowledged nothing, {} recoveries truncated a torn tail, {} cut allocated zeros, {} full checks, \
+         {} segments",
         started.elapsed(),
         history.acknowledged,
         history.total_items,
         history.total_batches,
         history.silent_runs,
         history.truncations,
+        history.unwritten_cuts,
         history.full_checks,
         stats.segments,
+    );
+    // A killed writer leaves the space it allocated ahead: recovery must have cut it, on real files.
+    assert!(
+        iterations < 20 || history.unwritten_cuts > 0,
+        "no recovery in {iterations} runs cut allocated zeros: the kills did not test them"
     );
     assert!(
         iterations < 20 || history.acknowledged > 0,
