@@ -815,3 +815,122 @@ pub(crate) fn sync_dir(storage: &dyn Storage, dir: &Path) -> Result<()> {
         .sync_dir(dir)
         .map_err(|e| Error::io(format!("syncing directory {}", dir.display()), e))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::item::{validate_item, ContextItem, Scope};
+    use crate::limits::CONTENT_BYTES_DEFAULT;
+
+    fn put(id: &str, version: &str, text: &str) -> Op {
+        let item = ContextItem::new(
+            id,
+            "document_chunk",
+            serde_json::json!({ "text": text }),
+            "test",
+            1_700_000_000,
+            version,
+            Scope::GlobalWritable,
+        );
+        Op::Put(validate_item(item, &TypeRegistry::default(), CONTENT_BYTES_DEFAULT).expect("valid item"))
+    }
+
+    fn pin(name: &str) -> Op {
+        Op::Pin {
+            name: name.into(),
+            seq: 0,
+            taken_at: 0,
+            session: None,
+        }
+    }
+
+    /// Plans `batches` as one group, as `Writer::process` does (a batch that passes adds its changes
+    /// to the group's overlay): what each batch was answered.
+    fn plan_group(batches: Vec<Vec<Op>>) -> Vec<std::result::Result<Vec<OpOutcome>, String>> {
+        let index = crate::index::Index::default();
+        let registry = TypeRegistry::default();
+        let mut overlay = Overlay::default();
+        let mut answers = Vec::new();
+        for ops in batches {
+            match plan(&index, &registry, &overlay, &ops) {
+                Ok((outcomes, batch, _frame)) => {
+                    overlay.merge(batch);
+                    answers.push(Ok(outcomes));
+                }
+                Err(e) => answers.push(Err(e.to_string())),
+            }
+        }
+        answers
+    }
+
+    #[test]
+    fn a_group_checks_each_batch_against_the_earlier_ones_and_forgets_a_batch_that_failed() {
+        use OpOutcome::*;
+        let added = Added { seq: 0 };
+        let answers = plan_group(vec![
+            // Within a batch: a repeat with the same content is unchanged.
+            vec![
+                put("a", "1", "x"),
+                put("b", "1", "y"),
+                put("a", "1", "x"),
+                put("a", "2", "z"),
+            ],
+            // Fails on its second put (a@1 with other content): its first put must not count.
+            vec![put("c", "1", "w"), put("a", "1", "other")],
+            vec![put("c", "1", "w2"), Op::Delete("c".into()), Op::Delete("c".into())],
+            // A delete ends the history: a@1 may then come with other content.
+            vec![Op::Delete("a".into()), put("a", "1", "other")],
+            vec![put("a", "1", "other"), put("b", "1", "y"), put("a", "2", "z")],
+            vec![Op::Delete("b".into()), Op::Delete("b".into()), put("b", "1", "new")],
+            vec![put("b", "1", "y")],
+            vec![pin("p"), Op::Unpin("p".into()), Op::Unpin("p".into()), pin("p")],
+            vec![pin("p")],
+            vec![Op::Unpin("p".into()), pin("q")],
+            vec![pin("q")],
+        ]);
+        let expected: Vec<std::result::Result<Vec<OpOutcome>, &str>> = vec![
+            Ok(vec![added.clone(), added.clone(), Unchanged, added.clone()]),
+            Err("version conflict"),
+            Ok(vec![added.clone(), Deleted(true), Deleted(false)]),
+            Ok(vec![Deleted(true), added.clone()]),
+            Ok(vec![Unchanged, Unchanged, added.clone()]),
+            Ok(vec![Deleted(true), Deleted(false), added.clone()]),
+            Err("version conflict"),
+            Ok(vec![Pinned, Unpinned(true), Unpinned(false), Pinned]),
+            Err("already pinned"),
+            Ok(vec![Unpinned(true), Pinned]),
+            Err("already pinned"),
+        ];
+        assert_eq!(answers.len(), expected.len());
+        for (at, (answer, want)) in answers.iter().zip(&expected).enumerate() {
+            match (answer, want) {
+                (Ok(got), Ok(want)) => assert_eq!(got, want, "batch {at}"),
+                (Err(got), Err(want)) => assert!(
+                    got.to_lowercase().contains(want),
+                    "batch {at}: {got:?} does not say {want:?}"
+                ),
+                (got, want) => panic!("batch {at}: {got:?}, expected {want:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn many_ids_in_a_group_are_all_found() {
+        // Enough ids for the overlay to grow several times; every other one deleted again.
+        let ops: Vec<Op> = (0..3000).map(|n| put(&format!("id-{n}"), "1", "x")).collect();
+        let deletes: Vec<Op> = (0..3000).step_by(2).map(|n| Op::Delete(format!("id-{n}"))).collect();
+        let again: Vec<Op> = (0..3000).map(|n| put(&format!("id-{n}"), "1", "changed")).collect();
+        let answers = plan_group(vec![ops, deletes, again]);
+        assert!(answers[0]
+            .as_ref()
+            .is_ok_and(|o| o.iter().all(|o| *o == OpOutcome::Added { seq: 0 })));
+        assert!(answers[1]
+            .as_ref()
+            .is_ok_and(|o| o.iter().all(|o| *o == OpOutcome::Deleted(true))));
+        // id-1, id-3, ... still hold version 1 with the old content: the batch conflicts on id-1.
+        let Err(conflict) = &answers[2] else {
+            panic!("a put of a kept version with other content passed: {:?}", answers[2]);
+        };
+        assert!(conflict.contains("id-1"), "{conflict}");
+    }
+}
