@@ -165,7 +165,11 @@ impl Storage for FileStorage {
     }
 
     fn open_read(&self, path: &Path) -> io::Result<Box<dyn StorageFile>> {
-        Ok(Box::new(RealFile::at_end(File::open(path)?)?))
+        // Opened read-only: nothing is written through it, so no write position to look up.
+        Ok(Box::new(RealFile {
+            file: File::open(path)?,
+            position: 0,
+        }))
     }
 
     fn open_append(&self, path: &Path) -> io::Result<Box<dyn StorageFile>> {

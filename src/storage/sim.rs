@@ -649,6 +649,24 @@ impl SimFile {
         let fault = state.enter(kind, &self.path, Some(self.handle));
         (state, fault)
     }
+
+    /// A copy of the file's current bytes, or of their first `len` (a `Map` call).
+    fn mapped(&self, len: Option<u64>) -> io::Result<SharedBytes> {
+        let (mut state, fault) = self.enter(CallKind::Map);
+        if let Some(fault) = fault {
+            return Err(error(fault));
+        }
+        let current = state.inode(self.inode)?.current.as_slice();
+        let bytes = match len {
+            None => current,
+            Some(len) => usize::try_from(len)
+                .ok()
+                .and_then(|len| current.get(..len))
+                .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "mapping past the end of the file"))?,
+        };
+        let bytes: Arc<[u8]> = bytes.into();
+        Ok(SharedBytes::new(bytes))
+    }
 }
 
 /// The effect of `sync_data` / `sync_all` on `inode`, once the call is counted.
@@ -739,26 +757,11 @@ impl StorageFile for SimFile {
     }
 
     fn map(&self) -> io::Result<SharedBytes> {
-        let (mut state, fault) = self.enter(CallKind::Map);
-        if let Some(fault) = fault {
-            return Err(error(fault));
-        }
-        let bytes: Arc<[u8]> = state.inode(self.inode)?.current.as_slice().into();
-        Ok(SharedBytes::new(bytes))
+        self.mapped(None)
     }
 
     fn map_prefix(&self, len: u64) -> io::Result<SharedBytes> {
-        let (mut state, fault) = self.enter(CallKind::Map);
-        if let Some(fault) = fault {
-            return Err(error(fault));
-        }
-        let current = &state.inode(self.inode)?.current;
-        let prefix = usize::try_from(len)
-            .ok()
-            .and_then(|len| current.get(..len))
-            .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "mapping past the end of the file"))?;
-        let bytes: Arc<[u8]> = prefix.into();
-        Ok(SharedBytes::new(bytes))
+        self.mapped(Some(len))
     }
 }
 
