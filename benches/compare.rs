@@ -771,18 +771,21 @@ fn worker(engine: &str, run: u64, n: u64, dir: &Path, phases: &[String]) -> Res<
         out.insert("p2_p99_ms".into(), json!(percentile_ms(&lat, 0.99)));
         total += sizes.p2_ops;
 
+        // Generating the items is never timed: each thread gets its items ready, the threads meet
+        // at a barrier, and the wall clock runs from there until the last one is done.
         let per_thread = sizes.p2_ops / THREADS;
         let first = total;
-        let started = Instant::now();
+        let start_line = Arc::new(std::sync::Barrier::new(usize::try_from(THREADS)? + 1));
         let handles: Vec<_> = (0..THREADS)
             .map(|t| {
                 let db = db.clone();
+                let start_line = Arc::clone(&start_line);
                 std::thread::spawn(move || -> Res<(Vec<f64>, u64)> {
-                    let mut lat = Vec::new();
-                    let mut bytes = 0;
-                    for i in 0..per_thread {
-                        let it = item(first + t * per_thread + i);
-                        bytes += it.to_json().len() as u64;
+                    let items: Vec<ContextItem> = (0..per_thread).map(|i| item(first + t * per_thread + i)).collect();
+                    let bytes = items.iter().map(|it| it.to_json().len() as u64).sum();
+                    let mut lat = Vec::with_capacity(items.len());
+                    start_line.wait();
+                    for it in items {
                         let started = Instant::now();
                         db.add(vec![it])?;
                         lat.push(started.elapsed().as_secs_f64());
@@ -791,6 +794,8 @@ fn worker(engine: &str, run: u64, n: u64, dir: &Path, phases: &[String]) -> Res<
                 })
             })
             .collect();
+        start_line.wait();
+        let started = Instant::now();
         let mut lat = Vec::new();
         for h in handles {
             let (l, b) = h.join().map_err(|_| "a P2 thread panicked")??;
