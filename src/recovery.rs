@@ -554,6 +554,7 @@ fn replay(
                 number,
                 len: end as u64,
                 allocated: end as u64,
+                zeroed: end as u64,
                 segment,
             });
         } else {

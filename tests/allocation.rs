@@ -159,3 +159,76 @@ fn a_store_that_was_not_closed_cuts_its_allocated_zeros_on_open_and_loses_nothin
     assert_eq!(store.stats().recovery.truncated_bytes, 0);
     assert_holds(&store, count, "after the second power cut");
 }
+
+/// Where the next data at or after `offset` in the file at `path` starts (`SEEK_DATA`), if any.
+/// Reading the file put its reserved blocks in the page cache as pages of zeros, which `SEEK_DATA`
+/// reports as data: they are dropped first (the file is synced, so they are clean).
+#[cfg(target_os = "linux")]
+fn data_at(path: &Path, offset: u64) -> Option<u64> {
+    let file = std::fs::File::open(path).expect("open");
+    rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::DontNeed).expect("fadvise");
+    rustix::fs::seek(&file, rustix::fs::SeekFrom::Data(offset)).ok()
+}
+
+/// Whether this file system tells blocks only reserved from written ones (ext4 and xfs do: reserved
+/// blocks are holes to `SEEK_DATA` once synced).
+#[cfg(target_os = "linux")]
+fn reserved_blocks_are_holes(dir: &Path) -> bool {
+    use ctxlog::storage::{Allocation, FileStorage, Storage};
+    let path = dir.join("probe");
+    let mut file = FileStorage.create_new(&path).expect("create");
+    file.append(b"x").expect("append");
+    file.allocate(1 << 20, Allocation::Reserved).expect("allocate");
+    file.sync_data().expect("sync");
+    let holes = data_at(&path, 64 << 10).is_none();
+    std::fs::remove_file(&path).expect("remove");
+    holes
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn single_adds_append_into_written_zeros_and_bulk_loads_into_reserved_space() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    if !reserved_blocks_are_holes(dir.path()) {
+        eprintln!("this file system does not tell reserved blocks from data: nothing to check");
+        return;
+    }
+    let store_dir = dir.path().join("store");
+    let store = open_file_store(&store_dir);
+    for n in 0..5 {
+        store.add(batch(n, 1)).expect("add");
+    }
+    let newest = common::segment_files(&store_dir).pop().expect("a segment");
+    let bytes = std::fs::read(&newest).expect("read");
+    let written = common::frames_end(&bytes) as u64;
+    assert!(
+        bytes.len() as u64 > written + (32 << 10),
+        "no zeros ahead of the single adds"
+    );
+    // The fsync after a single add then writes its data alone: the space ahead is written zeros,
+    // to the end of the file.
+    let end = bytes.len() as u64;
+    assert_eq!(data_at(&newest, written), Some(written));
+    assert_eq!(
+        data_at(&newest, end - 1),
+        Some(end - 1),
+        "the zeros ahead end before the file does"
+    );
+
+    // A batch too long for the zeros ahead (here ~130 KB): its space is reserved, not written.
+    store.add(batch(5, 400)).expect("bulk add");
+    let bytes = std::fs::read(&newest).expect("read");
+    let written = common::frames_end(&bytes) as u64;
+    assert!(bytes.len() as u64 > written, "no space allocated ahead of the bulk add");
+    // The file system's blocks are at most 4 KiB here; the one the batch ends in is data.
+    let next_block = written.div_ceil(4096) * 4096;
+    assert!(next_block < bytes.len() as u64);
+    assert_eq!(
+        data_at(&newest, next_block),
+        None,
+        "zeros were written ahead of a bulk add"
+    );
+    drop(store);
+    let store = open_file_store(&store_dir);
+    assert_holds(&store, 405, "after a clean close");
+}

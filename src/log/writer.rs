@@ -17,7 +17,7 @@ use crate::index::{FastMap, Location, PinInfo};
 use crate::item::{format_hash, TypeRegistry, TypeSpec, ValidItem};
 use crate::log::record::{set_frame_header, BatchEncoder, PutView, ScopeView};
 use crate::log::segment::{segment_file_name, Segment, SegmentHeader, SEGMENT_HEADER_BYTES};
-use crate::storage::{Storage, StorageFile};
+use crate::storage::{Allocation, Storage, StorageFile};
 use crate::store::{Durability, Shared};
 
 /// Bytes of waiting batches one group takes at most before it is written.
@@ -125,6 +125,9 @@ pub(crate) struct ActiveSegment {
     pub(crate) len: u64,
     /// The file's length: `len` plus the zeros allocated ahead of the appends.
     pub(crate) allocated: u64,
+    /// Where the written part of the file ends: the appended bytes, and the zeros written ahead of
+    /// them ([`Allocation::Zeroed`]); past it, up to `allocated`, blocks are only reserved.
+    pub(crate) zeroed: u64,
     pub(crate) segment: Arc<Segment>,
 }
 
@@ -132,6 +135,11 @@ pub(crate) struct ActiveSegment {
 pub(crate) const ALLOCATE_AHEAD_MIN: u64 = 64 << 10;
 /// The most: between the two, as much as the segment already holds (doubling its length).
 pub(crate) const ALLOCATE_AHEAD_MAX: u64 = 4 << 20;
+/// Appends shorter than this (single adds and their groups) go into zeros written ahead of them;
+/// longer ones (bulk loads) into space only reserved, which costs no writing.
+pub(crate) const ZERO_AHEAD_BELOW: u64 = 64 << 10;
+/// The most zeros written ahead at once (their writing is paid once, by the sync that follows).
+pub(crate) const ZERO_AHEAD_MAX: u64 = 1 << 20;
 
 /// What the batches earlier in a group changed, for checking the later ones.
 #[derive(Default, Clone)]
@@ -339,22 +347,35 @@ impl Writer {
         result
     }
 
-    /// Allocates the active segment ahead of an append of `bytes` that would pass its file length.
-    /// An append inside the file's length changes no metadata, so the fsync after it writes only
-    /// data: on ext4, single durable adds take about a third less time than appends that grow the
-    /// file (docs/BENCHMARKS.md). Never past the segment size, unless the append itself goes there.
+    /// Allocates the active segment ahead of an append of `bytes` that would pass its file length,
+    /// or, for a short append, its written zeros. An append inside the file's length changes no
+    /// file length, so the fsync after it commits none: on ext4, single durable adds take about a
+    /// third less time than appends that grow the file. An append into blocks only reserved still
+    /// makes its fsync record them as written, which costs a group commit's multi-page append
+    /// about half as much again as an append into written zeros (docs/BENCHMARKS.md): short
+    /// appends get zeros written ahead of them, long ones (whose fsync that record hardly slows)
+    /// space reserved. Never past the segment size, unless the append itself goes there.
     fn allocate_for(&mut self, bytes: u64) -> Result<()> {
-        let need = self.active.len + bytes;
-        if need <= self.active.allocated {
+        let active = &mut self.active;
+        let need = active.len + bytes;
+        let (how, ready, most) = if bytes < ZERO_AHEAD_BELOW {
+            (Allocation::Zeroed, active.zeroed.max(active.len), ZERO_AHEAD_MAX)
+        } else {
+            (Allocation::Reserved, active.allocated, ALLOCATE_AHEAD_MAX)
+        };
+        if need <= ready {
             return Ok(());
         }
-        let ahead = self.active.len.clamp(ALLOCATE_AHEAD_MIN, ALLOCATE_AHEAD_MAX);
+        let ahead = active.len.clamp(ALLOCATE_AHEAD_MIN, most);
         let target = need.max(need.saturating_add(ahead).min(self.segment_size));
-        self.active
+        active
             .file
-            .allocate(target)
-            .map_err(|e| Error::io(format!("allocating space in segment {}", self.active.number), e))?;
-        self.active.allocated = target;
+            .allocate(target, how)
+            .map_err(|e| Error::io(format!("allocating space in segment {}", active.number), e))?;
+        active.allocated = active.allocated.max(target);
+        if how == Allocation::Zeroed {
+            active.zeroed = target;
+        }
         Ok(())
     }
 
@@ -367,6 +388,7 @@ impl Writer {
                 .set_len(self.active.len)
                 .map_err(|e| Error::io(format!("trimming segment {}", self.active.number), e))?;
             self.active.allocated = self.active.len;
+            self.active.zeroed = self.active.len;
             self.dirty = true;
         }
         Ok(())
@@ -805,6 +827,7 @@ pub(crate) fn create_segment(storage: &dyn Storage, dir: &Path, number: u32, bas
         number,
         len: SEGMENT_HEADER_BYTES as u64,
         allocated: SEGMENT_HEADER_BYTES as u64,
+        zeroed: SEGMENT_HEADER_BYTES as u64,
         segment,
     })
 }

@@ -7,7 +7,10 @@ use std::path::Path;
 
 use memmap2::MmapOptions;
 
-use super::{DirLock, SharedBytes, Storage, StorageFile};
+use super::{Allocation, DirLock, SharedBytes, Storage, StorageFile};
+
+/// Zeros to write from, for [`Allocation::Zeroed`].
+static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
 
 /// Files in a directory of the operating system's file system. The default.
 #[derive(Debug, Default, Clone, Copy)]
@@ -45,10 +48,22 @@ impl StorageFile for RealFile {
         Ok(())
     }
 
-    fn allocate(&mut self, len: u64) -> io::Result<()> {
+    fn allocate(&mut self, len: u64, how: Allocation) -> io::Result<()> {
         let Some(ahead) = len.checked_sub(self.position).filter(|ahead| *ahead > 0) else {
             return Ok(());
         };
+        if how == Allocation::Zeroed {
+            // From the write position: everything before it is written, and rewriting zeros already
+            // allocated past it is harmless.
+            let mut at = self.position;
+            while at < len {
+                let step = (len - at).min(ZEROS.len() as u64);
+                self.file
+                    .write_all_at(ZEROS.get(..usize::try_from(step).unwrap_or(0)).unwrap_or_default(), at)?;
+                at += step;
+            }
+            return Ok(());
+        }
         #[cfg(target_os = "linux")]
         {
             // Mode 0, from the write position (everything before it is written): the length grows
@@ -205,12 +220,50 @@ mod tests {
     use super::*;
 
     #[test]
+    fn zeros_written_ahead_read_as_zeros_and_are_data_not_reserved_blocks() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a");
+        let mut file = FileStorage.create_new(&path).unwrap();
+        file.append(b"head").unwrap();
+        // More than one step of the zeros written from.
+        let len = 3 * ZEROS.len() as u64 + 5;
+        file.allocate(len, Allocation::Zeroed).unwrap();
+        file.sync_data().unwrap();
+        let bytes = FileStorage.read(&path).unwrap();
+        assert_eq!(bytes.len() as u64, len);
+        assert_eq!(&bytes[..4], b"head");
+        assert!(bytes[4..].iter().all(|byte| *byte == 0));
+        file.append(b"body").unwrap();
+        assert_eq!(&*file.map_prefix(8).unwrap(), b"headbody");
+        #[cfg(target_os = "linux")]
+        {
+            // Where the file system tells reserved blocks from written ones (ext4, xfs: reserved
+            // blocks are holes to SEEK_DATA once synced), the zeros are data to the last byte; the
+            // reserved space after them is not.
+            file.allocate(len + (1 << 20), Allocation::Reserved).unwrap();
+            file.sync_data().unwrap();
+            let data_at = |offset: u64| {
+                let file = std::fs::File::open(&path).unwrap();
+                // Reading the file cached its pages, which SEEK_DATA takes for data: drop them.
+                rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::DontNeed).unwrap();
+                rustix::fs::seek(&file, rustix::fs::SeekFrom::Data(offset)).ok()
+            };
+            let tells_them_apart = data_at(len + 4096).is_none();
+            if tells_them_apart {
+                assert_eq!(data_at(len - 1), Some(len - 1));
+            } else {
+                eprintln!("this file system does not tell reserved blocks from data");
+            }
+        }
+    }
+
+    #[test]
     fn allocated_space_reads_as_zeros_and_appends_write_into_it() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a");
         let mut file = FileStorage.create_new(&path).unwrap();
         file.append(b"head").unwrap();
-        file.allocate(1 << 16).unwrap();
+        file.allocate(1 << 16, Allocation::Reserved).unwrap();
         assert_eq!(FileStorage.len(&path).unwrap(), 1 << 16);
         // The write position stays after the last append, not at the new end of the file.
         file.append(b"body").unwrap();
@@ -219,7 +272,7 @@ mod tests {
         assert_eq!(&bytes[..8], b"headbody");
         assert!(bytes[8..].iter().all(|byte| *byte == 0));
         // Allocating less than the file holds changes nothing.
-        file.allocate(4).unwrap();
+        file.allocate(4, Allocation::Zeroed).unwrap();
         assert_eq!(FileStorage.len(&path).unwrap(), 1 << 16);
         assert_eq!(&*file.map_prefix(8).unwrap(), b"headbody");
         assert!(file.map_prefix((1 << 16) + 1).is_err(), "a prefix longer than the file");

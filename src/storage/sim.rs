@@ -23,7 +23,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::{DirLock, SharedBytes, Storage, StorageFile};
+use super::{Allocation, DirLock, SharedBytes, Storage, StorageFile};
 
 /// How a chosen call fails.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -32,7 +32,8 @@ pub enum Fault {
     Io,
     /// `ENOSPC`.
     NoSpace,
-    /// An append writes half its bytes and then fails (`WriteZero`); other calls fail with `EIO`.
+    /// An append, or an allocation of written zeros, writes half its bytes and then fails
+    /// (`WriteZero`); other calls fail with `EIO`.
     ShortWrite,
 }
 
@@ -744,14 +745,31 @@ impl StorageFile for SimFile {
         Ok(())
     }
 
-    fn allocate(&mut self, len: u64) -> io::Result<()> {
+    fn allocate(&mut self, len: u64, how: Allocation) -> io::Result<()> {
         let (mut state, fault) = self.enter(CallKind::Allocate);
-        if let Some(fault) = fault {
-            return Err(error(fault));
-        }
+        // Written zeros may stop part of the way, as an append may; other faults change nothing.
+        let short = match fault {
+            Some(Fault::ShortWrite) if how == Allocation::Zeroed => true,
+            Some(fault) => return Err(error(fault)),
+            None => false,
+        };
         let file = state.inode(self.inode)?;
-        if (file.current.len() as u64) < len {
-            file.change(Pending::Grow(len));
+        let from = file.current.len() as u64;
+        if from < len {
+            file.change(match how {
+                // A write like any other: a power cut may keep any part of it, or none.
+                Allocation::Zeroed => Pending::Write {
+                    offset: from,
+                    bytes: vec![0; usize::try_from(if short { (len - from) / 2 } else { len - from }).unwrap_or(0)],
+                },
+                Allocation::Reserved => Pending::Grow(len),
+            });
+        }
+        if short {
+            return Err(io::Error::new(
+                io::ErrorKind::WriteZero,
+                "short write on the simulated disk",
+            ));
         }
         Ok(())
     }
@@ -950,13 +968,13 @@ mod tests {
         let mut file = disk.create_new(&path("a")).unwrap();
         disk.sync_dir(Path::new(DIR)).unwrap();
         file.append(b"head").unwrap();
-        file.allocate(16).unwrap();
+        file.allocate(16, Allocation::Reserved).unwrap();
         assert_eq!(disk.read(&path("a")).unwrap(), b"head\0\0\0\0\0\0\0\0\0\0\0\0");
         // The write position stays where the last append ended, not at the new end of the file.
         file.append(b"body").unwrap();
         assert_eq!(disk.read(&path("a")).unwrap(), b"headbody\0\0\0\0\0\0\0\0");
         // Allocating less than the file holds changes nothing.
-        file.allocate(4).unwrap();
+        file.allocate(4, Allocation::Zeroed).unwrap();
         assert_eq!(disk.len(&path("a")).unwrap(), 16);
         assert_eq!(&*file.map_prefix(8).unwrap(), b"headbody");
         assert!(file.map_prefix(17).is_err(), "a prefix longer than the file");
@@ -967,7 +985,7 @@ mod tests {
         assert_eq!(disk.read(&path("a")).unwrap(), b"headbodytail");
         // Unsynced, the cut, the append and a new allocation may each be lost; what an allocation
         // covers reads as zeros.
-        file.allocate(32).unwrap();
+        file.allocate(32, Allocation::Reserved).unwrap();
         let mut lengths = HashSet::new();
         for seed in 0..100 {
             let bytes = disk.crash(seed).read(&path("a")).unwrap();
@@ -984,6 +1002,54 @@ mod tests {
             disk.crash_losing_unsynced().read(&path("a")).unwrap(),
             b"headbody\0\0\0\0\0\0\0\0"
         );
+    }
+
+    #[test]
+    fn written_zeros_are_a_write_a_power_cut_may_keep_in_part() {
+        let disk = disk_with_dir();
+        let mut file = disk.create_new(&path("a")).unwrap();
+        disk.sync_dir(Path::new(DIR)).unwrap();
+        file.append(b"head").unwrap();
+        file.sync_data().unwrap();
+        file.allocate(64, Allocation::Zeroed).unwrap();
+        let mut want = b"head".to_vec();
+        want.resize(64, 0);
+        assert_eq!(disk.read(&path("a")).unwrap(), want);
+        // Allocating less than the file holds writes nothing.
+        file.allocate(16, Allocation::Zeroed).unwrap();
+        assert_eq!(disk.len(&path("a")).unwrap(), 64);
+        // Unlike reserved space, which a power cut keeps whole or not at all, written zeros may be
+        // kept up to any point.
+        let mut lengths = HashSet::new();
+        for seed in 0..300 {
+            let bytes = disk.copy().crash(seed).read(&path("a")).unwrap();
+            assert!(
+                bytes.starts_with(b"head") && bytes.len() <= 64,
+                "seed {seed}: {bytes:?}"
+            );
+            assert!(bytes.iter().skip(4).all(|byte| *byte == 0), "seed {seed}: {bytes:?}");
+            lengths.insert(bytes.len());
+        }
+        assert!(lengths.contains(&4) && lengths.contains(&64), "{lengths:?}");
+        assert!(lengths.iter().any(|len| (5..64).contains(len)), "{lengths:?}");
+        // The write position stays after the last append.
+        file.append(b"body").unwrap();
+        assert_eq!(disk.read(&path("a")).unwrap().get(..8), Some(b"headbody".as_slice()));
+        // A short write of zeros leaves part of them, like a short append.
+        let next = disk.calls();
+        disk.fail(next, next, Fault::ShortWrite);
+        let error = file.allocate(128, Allocation::Zeroed).unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::WriteZero);
+        assert_eq!(disk.len(&path("a")).unwrap(), 96);
+        // Other faults change nothing, whichever the allocation.
+        for how in [Allocation::Zeroed, Allocation::Reserved] {
+            let next = disk.calls();
+            disk.fail(next, next, Fault::NoSpace);
+            assert_eq!(file.allocate(256, how).unwrap_err().raw_os_error(), Some(ENOSPC));
+            assert_eq!(disk.len(&path("a")).unwrap(), 96);
+        }
+        file.allocate(128, Allocation::Reserved).unwrap();
+        assert_eq!(disk.len(&path("a")).unwrap(), 128);
     }
 
     #[test]
