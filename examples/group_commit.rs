@@ -10,7 +10,7 @@
 use std::sync::{Arc, Barrier};
 use std::time::Instant;
 
-use ctxlog::{ContextItem, Durability, ManualClock, Options};
+use ctxlog::ContextItem;
 
 #[path = "../benches/w1/mod.rs"]
 mod w1;
@@ -24,13 +24,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Err("THREADS must be at least 1 and OPS at least THREADS".into());
     }
     let dir = tempfile::tempdir()?;
-    let store = Arc::new(
-        Options::new()
-            .durability(Durability::Immediate)
-            .clock(Arc::new(ManualClock::new(w1::BASE_TS)))
-            .auto_compact(false)
-            .open(dir.path())?,
-    );
+    let store = Arc::new(w1::open_durable(dir.path())?);
     let mut next = 0;
     while next < n {
         let end = n.min(next + 1000);

@@ -8,20 +8,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use ctxlog::{Durability, ManualClock, Options};
-
 #[path = "../benches/w1/mod.rs"]
 mod w1;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
-    let store = Arc::new(
-        Options::new()
-            .durability(Durability::Immediate)
-            .clock(Arc::new(ManualClock::new(w1::BASE_TS)))
-            .auto_compact(false)
-            .open(dir.path())?,
-    );
+    let store = Arc::new(w1::open_durable(dir.path())?);
     let done = Arc::new(AtomicBool::new(false));
     let bulk = {
         let (store, done) = (Arc::clone(&store), Arc::clone(&done));

@@ -93,3 +93,13 @@ pub fn peak_rss_kib() -> u64 {
         })
         .unwrap_or(0)
 }
+
+/// A store for durable single adds in `dir`: `Durability::Immediate`, a `ManualClock` at
+/// [`BASE_TS`] (no W1 item expires), no background compaction.
+pub fn open_durable(dir: &std::path::Path) -> ctxlog::Result<ctxlog::Store> {
+    ctxlog::Options::new()
+        .durability(ctxlog::Durability::Immediate)
+        .clock(std::sync::Arc::new(ctxlog::ManualClock::new(BASE_TS)))
+        .auto_compact(false)
+        .open(dir)
+}

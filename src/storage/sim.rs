@@ -1,7 +1,8 @@
 //! A simulated disk for power-loss and I/O-error tests.
 //!
 //! Fault model. Each file (inode) keeps its durable bytes apart from the writes made since its last
-//! `sync_data` / `sync_all` (appends and length changes, in order). Each directory keeps its durable
+//! `sync_data` / `sync_all` (appends, length changes and allocations, in order: zeros written ahead
+//! are a write like an append, space reserved ahead a length change). Each directory keeps its durable
 //! entries apart from a journal of the entry changes made since its last `sync_dir` (a create, a
 //! remove, or a rename as one atomic change). [`SimDisk::crash`] cuts the power: every directory keeps
 //! its durable entries plus a prefix of its journal (chosen by the seed), and every file keeps its
