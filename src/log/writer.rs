@@ -566,8 +566,8 @@ impl Writer {
         if let Some(lookup) = grown {
             index.install_lookup(lookup);
         }
-        let mut registry_changed = false;
-        let mut registry = (*self.shared.registry()).clone();
+        // A copy of the registry only once a batch registers a type.
+        let mut registry: Option<TypeRegistry> = None;
         for batch in staged {
             let (Some((frame, records)), Some((segment, frame_offset))) = (&batch.frame, batch.location) else {
                 continue;
@@ -601,7 +601,12 @@ impl Writer {
                     Some(Op::Delete(id)) => {
                         index.apply_delete(batch.seq, id);
                     }
-                    Some(Op::RegisterType(spec)) if registry.insert(spec.clone()).is_ok() => registry_changed = true,
+                    Some(Op::RegisterType(spec)) => {
+                        let registry = registry.get_or_insert_with(|| (*self.shared.registry()).clone());
+                        // The writer checked the registration; a refusal here leaves the registry
+                        // as it was, as before.
+                        let _ = registry.insert(spec.clone());
+                    }
                     Some(Op::Pin {
                         name,
                         seq,
@@ -625,7 +630,7 @@ impl Writer {
         }
         let active_len = self.active.len;
         self.active.segment.set_published_len(active_len);
-        if registry_changed {
+        if let Some(registry) = registry {
             index.registry = registry.clone();
             self.shared.set_registry(registry);
         }
