@@ -177,7 +177,7 @@ fn encode_body_into(body: &mut Vec<u8>, index: &Index, segments: &[SegmentMark])
     let mut per_type = vec![0u32; index.kinds.len()];
     let mut per_scope = vec![0u32; index.scopes.len()];
     for version in index.slots.iter() {
-        if version.state == VersionState::Forgotten {
+        if version.state() == VersionState::Forgotten {
             renumber.push(NO_SLOT);
             continue;
         }
@@ -185,7 +185,7 @@ fn encode_body_into(body: &mut Vec<u8>, index: &Index, segments: &[SegmentMark])
         kept += 1;
         encode_version(body, version);
         if version.is_stored() {
-            if let Some(count) = per_type.get_mut(usize::from(version.kind)) {
+            if let Some(count) = per_type.get_mut(usize::from(version.kind())) {
                 *count += 1;
             }
             if let Some(count) = per_scope.get_mut(usize::try_from(version.scope).unwrap_or(usize::MAX)) {
@@ -302,7 +302,7 @@ fn encode_version(body: &mut Vec<u8>, version: &VersionEntry) {
     };
     put(&version.seq_created.to_le_bytes());
     put(&version.seq_ended.to_le_bytes());
-    put(&version.timestamp.to_le_bytes());
+    put(&version.timestamp().to_le_bytes());
     put(&version.expires_at.to_le_bytes());
     for field in [
         version.location.segment,
@@ -316,7 +316,7 @@ fn encode_version(body: &mut Vec<u8>, version: &VersionEntry) {
     ] {
         put(&field.to_le_bytes());
     }
-    put(&version.kind.to_le_bytes());
+    put(&version.kind().to_le_bytes());
     put(&[
         if version.is_stored() {
             STATE_STORED
@@ -385,6 +385,9 @@ fn decode_version(
     if usize::try_from(id).map_or(true, |id| id >= bounds.ids) {
         return Err(format!("id number {id} is out of range"));
     }
+    if !(0..=crate::limits::TIMESTAMP_MAX).contains(&timestamp) {
+        return Err(format!("timestamp {timestamp} is out of range"));
+    }
     if state == VersionState::Stored {
         let (kinds, scopes, sources) = bounds.tables;
         let tables_hold = usize::from(kind) < kinds
@@ -409,21 +412,17 @@ fn decode_version(
     if seq_created > bounds.seq || (seq_ended != SEQ_OPEN && (seq_ended > bounds.seq || seq_ended < seq_created)) {
         return Err("its sequence numbers are after the checkpoint or out of order".into());
     }
-    Ok(VersionEntry {
-        seq_created,
-        seq_ended,
-        timestamp,
-        expires_at,
-        location,
-        id,
-        generation,
-        version_tag,
-        scope,
-        source,
-        kind,
-        state,
-        ..VersionEntry::default()
-    })
+    let mut version = VersionEntry::default().with_meta(timestamp, kind, state);
+    version.seq_created = seq_created;
+    version.seq_ended = seq_ended;
+    version.expires_at = expires_at;
+    version.location = location;
+    version.id = id;
+    version.generation = generation;
+    version.version_tag = version_tag;
+    version.scope = scope;
+    version.source = source;
+    Ok(version)
 }
 
 /// Checks that `count` items of at least `each` bytes fit in what is left.
@@ -553,13 +552,13 @@ fn derive_sets(
             for slot in time {
                 let version =
                     stored(*slot).ok_or_else(|| format!("the time set lists slot {slot}, which is not stored"))?;
-                let key = (version.timestamp, *slot);
+                let key = (version.timestamp(), *slot);
                 if last.is_some_and(|last| last >= key) {
                     return Err("the time set is not in order".to_string());
                 }
                 last = Some(key);
             }
-            fill(type_sizes, &|v| usize::from(v.kind), "type")
+            fill(type_sizes, &|v| usize::from(v.kind()), "type")
         },
     );
     let by_type = by_type?;
@@ -927,6 +926,26 @@ mod tests {
         replace(&mut order, &second, &1u64.to_le_bytes());
         let why = decode(&seal(3, &order)).err().expect("versions out of order");
         assert!(why.contains("id's versions are out of order"), "{why}");
+
+        // A timestamp no add accepts (the index keeps 40 bits of it): aa's first version, at 10.
+        let row: Vec<u8> = [1u64.to_le_bytes(), 2u64.to_le_bytes(), 10u64.to_le_bytes()].concat();
+        for timestamp in [-1, crate::limits::TIMESTAMP_MAX + 1, i64::MIN] {
+            let mut late = body.clone();
+            let forged: Vec<u8> = [1u64.to_le_bytes(), 2u64.to_le_bytes(), timestamp.to_le_bytes()].concat();
+            replace(&mut late, &row, &forged);
+            let why = decode(&seal(3, &late)).err().expect("a timestamp out of range");
+            assert!(why.contains("timestamp"), "{timestamp}: {why}");
+        }
+        let mut latest = Index::default();
+        latest.apply_put(
+            1,
+            &crate::index::tests::put("aa", "1", crate::limits::TIMESTAMP_MAX),
+            HERE,
+        );
+        latest.seq = 1;
+        let loaded = decode(&seal(1, &encode_body(&latest, &marks))).expect("the largest timestamp is kept");
+        let kept = loaded.index.visible("aa", 1).map(|v| v.version.timestamp());
+        assert_eq!(kept, Some(crate::limits::TIMESTAMP_MAX));
     }
 
     #[test]
@@ -946,7 +965,7 @@ mod tests {
         let loaded = decode(&seal(2000, &encode_body(&index, &marks))).expect("intact");
         assert_eq!(loaded.index.id_count(), 2000);
         for n in [0, 654, 655, 1999] {
-            let found = loaded.index.visible(&name(n), 2000).map(|v| v.version.timestamp);
+            let found = loaded.index.visible(&name(n), 2000).map(|v| v.version.timestamp());
             assert_eq!(found, Some(n as i64), "id {n}");
             assert_eq!(loaded.index.id_name(u32::try_from(n).expect("small")), name(n));
         }

@@ -180,7 +180,7 @@ fn views_now(shared: &Shared) -> (Views, u32) {
 }
 
 fn decide(index: &Index, views: &Views, version: &VersionEntry) -> Option<Decision> {
-    if version.state == crate::index::VersionState::Forgotten {
+    if version.state() == crate::index::VersionState::Forgotten {
         return None;
     }
     let open_history = index.id_at(version.id).is_some_and(|e| e.deletes == version.generation);

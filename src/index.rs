@@ -57,13 +57,32 @@ pub(crate) fn record_crc_at(bytes: &[u8], at: usize) -> u32 {
         .map_or(0, u32::from_le_bytes)
 }
 
-/// One stored version of an id: 80 bytes, no heap.
+/// Bits of [`VersionEntry`]'s `meta` word: the timestamp in the low 40 (validated timestamps,
+/// `0..=TIMESTAMP_MAX`, need 38), the type number in the next 16, the [`VersionState`] above them.
+const META_TIMESTAMP_MASK: u64 = (1 << 40) - 1;
+const META_KIND_SHIFT: u32 = 40;
+const META_STATE_SHIFT: u32 = 56;
+
+/// The `meta` word of a version: its timestamp, type number and state in one `u64`.
+fn meta_word(timestamp: i64, kind: u16, state: VersionState) -> u64 {
+    debug_assert!(
+        (0..=crate::limits::TIMESTAMP_MAX).contains(&timestamp),
+        "timestamp {timestamp} out of range"
+    );
+    // Every timestamp that reaches the index was validated (adds) or checked where it was decoded
+    // (log records, checkpoints); the clamp only keeps the other fields intact if one was not.
+    let timestamp = timestamp.clamp(0, crate::limits::TIMESTAMP_MAX) as u64;
+    timestamp | (u64::from(kind) << META_KIND_SHIFT) | ((state as u64) << META_STATE_SHIFT)
+}
+
+/// One stored version of an id: 72 bytes, no heap.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct VersionEntry {
     pub(crate) seq_created: u64,
     pub(crate) seq_ended: u64,
-    /// The item's timestamp: with the slot, the key of its entries in the ordered sets.
-    pub(crate) timestamp: i64,
+    /// The item's timestamp (with the slot, the key of its entries in the ordered sets), its type
+    /// number and its state: see [`meta_word`].
+    meta: u64,
     pub(crate) expires_at: i64,
     pub(crate) location: Location,
     /// Position of the id in the index's id table.
@@ -76,8 +95,6 @@ pub(crate) struct VersionEntry {
     pub(crate) version_tag: u32,
     pub(crate) scope: u32,
     pub(crate) source: u32,
-    pub(crate) kind: u16,
-    pub(crate) state: VersionState,
 }
 
 impl Default for VersionEntry {
@@ -85,7 +102,7 @@ impl Default for VersionEntry {
         VersionEntry {
             seq_created: 0,
             seq_ended: SEQ_OPEN,
-            timestamp: 0,
+            meta: meta_word(0, 0, VersionState::Forgotten),
             expires_at: NEVER_EXPIRES,
             location: Location::default(),
             id: 0,
@@ -94,8 +111,6 @@ impl Default for VersionEntry {
             version_tag: 0,
             scope: 0,
             source: 0,
-            kind: 0,
-            state: VersionState::Forgotten,
         }
     }
 }
@@ -113,14 +128,46 @@ pub(crate) enum VersionState {
 }
 
 impl VersionEntry {
+    /// This version with the timestamp (in `0..=TIMESTAMP_MAX`), type number and state given.
+    pub(crate) fn with_meta(self, timestamp: i64, kind: u16, state: VersionState) -> Self {
+        VersionEntry {
+            meta: meta_word(timestamp, kind, state),
+            ..self
+        }
+    }
+
+    /// The item's timestamp.
+    pub(crate) fn timestamp(&self) -> i64 {
+        // At most 40 bits: the conversion is exact.
+        (self.meta & META_TIMESTAMP_MASK) as i64
+    }
+
+    /// The item's type number.
+    pub(crate) fn kind(&self) -> u16 {
+        (self.meta >> META_KIND_SHIFT) as u16
+    }
+
+    /// What is stored of the version.
+    pub(crate) fn state(&self) -> VersionState {
+        match (self.meta >> META_STATE_SHIFT) & 3 {
+            0 => VersionState::Stored,
+            1 => VersionState::Retired,
+            _ => VersionState::Forgotten,
+        }
+    }
+
+    fn set_state(&mut self, state: VersionState) {
+        self.meta = meta_word(self.timestamp(), self.kind(), state);
+    }
+
     /// Whether compaction reclaimed this version's content.
     pub(crate) fn is_retired(&self) -> bool {
-        self.state == VersionState::Retired
+        self.state() == VersionState::Retired
     }
 
     /// Whether the version's record, content included, is stored.
     pub(crate) fn is_stored(&self) -> bool {
-        self.state == VersionState::Stored
+        self.state() == VersionState::Stored
     }
 
     /// Whether a view at `seq` sees this version.
@@ -497,7 +544,7 @@ impl<T: Hash + Eq + Clone> Interner<T> {
 pub(crate) fn key_of(slots: &ChunkVec<VersionEntry>, slot: u32) -> (i64, u32) {
     let timestamp = slots
         .get(usize::try_from(slot).unwrap_or(usize::MAX))
-        .map_or(i64::MAX, |v| v.timestamp);
+        .map_or(i64::MAX, VersionEntry::timestamp);
     (timestamp, slot)
 }
 
@@ -909,16 +956,14 @@ impl Index {
             VersionEntry {
                 seq_created: seq,
                 seq_ended: SEQ_OPEN,
-                timestamp: put.timestamp,
                 expires_at: put.expires_at().unwrap_or(NEVER_EXPIRES),
                 location,
                 version_tag: version_tag(put.version),
-                kind,
                 scope,
                 source,
-                state: VersionState::Stored,
                 ..VersionEntry::default()
-            },
+            }
+            .with_meta(put.timestamp, kind, VersionState::Stored),
         );
         let key = (put.timestamp, slot);
         let kind_index = usize::from(kind);
@@ -948,9 +993,9 @@ impl Index {
                 seq_ended: SEQ_OPEN,
                 location,
                 version_tag: version_tag(version),
-                state: VersionState::Retired,
                 ..VersionEntry::default()
-            },
+            }
+            .with_meta(0, 0, VersionState::Retired),
         );
     }
 
@@ -1038,8 +1083,8 @@ impl Index {
     /// next [`Index::purge_sets`]).
     pub(crate) fn unlink_from_sets(&mut self, slot: u32) {
         let Some(version) = self.slot(slot) else { return };
-        let key = (version.timestamp, slot);
-        let (kind, scope) = (usize::from(version.kind), position(version.scope));
+        let key = (version.timestamp(), slot);
+        let (kind, scope) = (usize::from(version.kind()), position(version.scope));
         if let Some(set) = self.by_type.get_mut(kind) {
             set.remove(key);
         }
@@ -1100,11 +1145,11 @@ impl Index {
         let Some(version) = self.slots.get_mut(position(slot)) else {
             return false;
         };
-        let was_stored = version.state == VersionState::Stored;
+        let was_stored = version.is_stored();
         if was_stored && version.seq_ended == SEQ_OPEN {
             self.live_ids = self.live_ids.saturating_sub(1);
         }
-        version.state = VersionState::Retired;
+        version.set_state(VersionState::Retired);
         version.location = location;
         was_stored
     }
@@ -1115,8 +1160,8 @@ impl Index {
         let Some(version) = self.slots.get_mut(position(slot)) else {
             return false;
         };
-        let was_stored = version.state == VersionState::Stored;
-        version.state = VersionState::Forgotten;
+        let was_stored = version.is_stored();
+        version.set_state(VersionState::Forgotten);
         let (id, prev) = (version.id, version.prev);
         version.prev = NO_SLOT;
         // Take the slot out of its id's chain.
@@ -1277,8 +1322,43 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_version_keeps_its_timestamp_type_and_state_apart() {
+        let states = [VersionState::Stored, VersionState::Retired, VersionState::Forgotten];
+        for timestamp in [0, 1, 1_700_000_000, crate::limits::TIMESTAMP_MAX] {
+            for kind in [0, 1, 0x8001, u16::MAX] {
+                for state in states {
+                    let mut version = VersionEntry {
+                        seq_created: 3,
+                        seq_ended: 9,
+                        expires_at: 44,
+                        ..VersionEntry::default()
+                    }
+                    .with_meta(timestamp, kind, state);
+                    assert_eq!(
+                        (version.timestamp(), version.kind(), version.state()),
+                        (timestamp, kind, state)
+                    );
+                    assert_eq!((version.seq_created, version.seq_ended, version.expires_at), (3, 9, 44));
+                    for next in states {
+                        version.set_state(next);
+                        assert_eq!(
+                            (version.timestamp(), version.kind(), version.state()),
+                            (timestamp, kind, next)
+                        );
+                    }
+                }
+            }
+        }
+        let fresh = VersionEntry::default();
+        assert_eq!(
+            (fresh.timestamp(), fresh.kind(), fresh.state()),
+            (0, 0, VersionState::Forgotten)
+        );
+    }
+
+    #[test]
     fn entries_stay_small() {
-        assert_eq!(std::mem::size_of::<VersionEntry>(), 80);
+        assert_eq!(std::mem::size_of::<VersionEntry>(), 72);
         assert_eq!(std::mem::size_of::<IdEntry>(), 16);
     }
 
@@ -1369,7 +1449,7 @@ pub(crate) mod tests {
             assert!(keys.windows(2).all(|w| w[0] < w[1]), "in order");
             let mut want: Vec<(i64, u32)> = (0..u32::try_from(index.slots.len()).unwrap())
                 .filter(|slot| stored(slot) && index.slot(*slot).is_some_and(belongs))
-                .map(|slot| (index.slot(slot).unwrap().timestamp, slot))
+                .map(|slot| (index.slot(slot).unwrap().timestamp(), slot))
                 .collect();
             want.sort_unstable();
             assert_eq!(keys, want);
@@ -1377,7 +1457,7 @@ pub(crate) mod tests {
         };
         check(&index.by_time, &|_| true);
         for (kind, set) in index.by_type.iter().enumerate() {
-            check(set, &|v| usize::from(v.kind) == kind);
+            check(set, &|v| usize::from(v.kind()) == kind);
         }
         for (scope, set) in index.by_scope.iter().enumerate() {
             check(set, &|v| position(v.scope) == scope);

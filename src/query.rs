@@ -362,7 +362,7 @@ pub(crate) fn run<T>(
             let passes = version.is_stored()
                 && version.visible_at(bounds.seq)
                 && !version.expired_at(bounds.now)
-                && kinds.as_ref().is_none_or(|kinds| kinds.contains(&version.kind))
+                && kinds.as_ref().is_none_or(|kinds| kinds.contains(&version.kind()))
                 && allowed_scopes
                     .as_ref()
                     .is_none_or(|scopes| scopes.contains(&version.scope))

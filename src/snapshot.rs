@@ -436,12 +436,12 @@ fn same_metadata(index: &Index, version: &VersionEntry, put: &PutView<'_>) -> bo
             }
             _ => false,
         });
-    put.timestamp == version.timestamp
+    put.timestamp == version.timestamp()
         && put.expires_at().unwrap_or(NEVER_EXPIRES) == version.expires_at
         && scope_matches
         && index
             .kinds
-            .value(u32::from(version.kind))
+            .value(u32::from(version.kind()))
             .is_some_and(|kind| **kind == *put.kind)
         && index
             .sources

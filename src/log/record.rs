@@ -761,6 +761,10 @@ fn decode_body(tag: u8, body: &[u8]) -> Result<RecordView<'_>, DecodeError> {
             if scope_tag != SCOPE_SESSION && !session.is_empty() {
                 return Err(bad("session id stored on a global scope"));
             }
+            // Adds validate timestamps; the index keeps them in 40 bits.
+            if !(0..=crate::limits::TIMESTAMP_MAX).contains(&timestamp) {
+                return Err(bad(format!("timestamp {timestamp} out of range")));
+            }
             RecordView::Put(PutView {
                 id,
                 kind,
@@ -880,6 +884,39 @@ mod tests {
         let (_, payload) = read_frame(&old).unwrap();
         assert_eq!(frame_sync_mark(payload), None);
         assert_eq!(decode_batch(payload).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_put_whose_timestamp_is_out_of_range_is_refused() {
+        // Adds never store such a timestamp: only damage or a forged record carries one, and the
+        // index, which keeps timestamps in 40 bits, must never see it.
+        let scope = Scope::GlobalWritable;
+        let hash = [2u8; 32];
+        for (timestamp, ok) in [
+            (0, true),
+            (crate::limits::TIMESTAMP_MAX, true),
+            (-1, false),
+            (crate::limits::TIMESTAMP_MAX + 1, false),
+            (i64::MIN, false),
+            (i64::MAX, false),
+        ] {
+            let mut put = sample_put(&scope, &hash);
+            put.timestamp = timestamp;
+            let mut enc = BatchEncoder::new();
+            enc.put(&put);
+            let frame = enc.finish(1).unwrap();
+            let (_, payload) = read_frame(&frame).unwrap();
+            match decode_batch(payload) {
+                Ok(records) if ok => {
+                    let RecordView::Put(view) = &records[1].2 else {
+                        panic!("not a put")
+                    };
+                    assert_eq!(view.timestamp, timestamp);
+                }
+                Err(e) if !ok => assert!(e.0.contains("timestamp"), "{timestamp}: {e:?}"),
+                other => panic!("timestamp {timestamp}: {other:?}"),
+            }
+        }
     }
 
     #[test]
