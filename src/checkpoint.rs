@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::index::{
-    ChunkVec, IdTable, Index, Interner, KeySet, Location, NameArena, PinInfo, VersionEntry, VersionState, CHUNK,
+    ChunkVec, IdTable, Index, Interner, KeySet, Location, NameArena, PinInfo, Rare, VersionEntry, VersionState, CHUNK,
     NAME_CHUNK, NO_SLOT, SEQ_OPEN,
 };
 use crate::item::{Scope, TypeSpec};
@@ -183,7 +183,7 @@ fn encode_body_into(body: &mut Vec<u8>, index: &Index, segments: &[SegmentMark])
         }
         renumber.push(kept);
         kept += 1;
-        encode_version(body, version);
+        encode_version(body, index, version);
         if version.is_stored() {
             if let Some(count) = per_type.get_mut(usize::from(version.kind())) {
                 *count += 1;
@@ -289,7 +289,7 @@ fn seal_in_place(seq: u64, file: &mut Vec<u8>) {
 /// One version, 72 bytes: seq_created u64, seq_ended u64 (u64::MAX while open), timestamp i64,
 /// expires_at i64 (i64::MAX for never), segment, offset, length, id, generation, version tag, scope,
 /// source (u32 each), type u16, state u8, a zero byte, and the record's body CRC (u32).
-fn encode_version(body: &mut Vec<u8>, version: &VersionEntry) {
+fn encode_version(body: &mut Vec<u8>, index: &Index, version: &VersionEntry) {
     // Built whole on the stack and appended with one copy: a million rows are encoded under the
     // index lock.
     let mut row = [0u8; VERSION_BYTES];
@@ -303,13 +303,13 @@ fn encode_version(body: &mut Vec<u8>, version: &VersionEntry) {
     put(&version.seq_created.to_le_bytes());
     put(&version.seq_ended.to_le_bytes());
     put(&version.timestamp().to_le_bytes());
-    put(&version.expires_at.to_le_bytes());
+    put(&index.expires_at(version).to_le_bytes());
     for field in [
         version.location.segment,
         version.location.offset,
         version.location.len,
         version.id,
-        version.generation,
+        index.generation(version),
         version.version_tag,
         version.scope,
         version.source,
@@ -354,13 +354,14 @@ struct Bounds<'a> {
     tables: (usize, usize, usize),
 }
 
-/// Decodes one row of the version table. `segment` is the (number, length) of the segment the
+/// Decodes one row of the version table, and its expiry and generation if they do not fit in the
+/// entry (for the index's overflow table). `segment` is the (number, length) of the segment the
 /// previous row pointed into: rows mostly point into the same segment as the row before.
 fn decode_version(
     bytes: &[u8; VERSION_BYTES],
     bounds: &Bounds<'_>,
     segment: &mut (u32, u64),
-) -> Result<VersionEntry, String> {
+) -> Result<(VersionEntry, Option<Rare>), String> {
     let seq_created = le_u64(bytes, 0);
     let seq_ended = le_u64(bytes, 8);
     let timestamp = le_u64(bytes, 16) as i64;
@@ -415,14 +416,13 @@ fn decode_version(
     let mut version = VersionEntry::default().with_meta(timestamp, kind, state);
     version.seq_created = seq_created;
     version.seq_ended = seq_ended;
-    version.expires_at = expires_at;
     version.location = location;
     version.id = id;
-    version.generation = generation;
     version.version_tag = version_tag;
     version.scope = scope;
     version.source = source;
-    Ok(version)
+    let rare = version.set_rare_inline(expires_at, generation);
+    Ok((version, rare))
 }
 
 /// Checks that `count` items of at least `each` bytes fit in what is left.
@@ -468,8 +468,16 @@ struct VersionRows<'a> {
     bounds: Bounds<'a>,
 }
 
-/// Decoded chunks: (chunk number, versions, how many of them are stored).
-type DecodedChunks = Vec<(usize, Vec<VersionEntry>, usize)>;
+/// A decoded chunk of the version table: its number, its versions, how many of them are stored,
+/// and the expiries and generations that go to the overflow table (by position in the chunk).
+struct DecodedChunk {
+    number: usize,
+    versions: Vec<VersionEntry>,
+    stored: usize,
+    rare: Vec<(usize, Rare)>,
+}
+
+type DecodedChunks = Vec<DecodedChunk>;
 
 impl VersionRows<'_> {
     fn decode_chunks(&self) -> Result<DecodedChunks, String> {
@@ -481,18 +489,27 @@ impl VersionRows<'_> {
             };
             let mut chunk = Vec::with_capacity(CHUNK);
             let mut stored = 0;
+            let mut rare = Vec::new();
             // A segment number no row can have, so that the first row looks its segment up.
             let mut segment = (u32::MAX, 0);
             for raw in rows.chunks_exact(VERSION_BYTES) {
                 let Ok(raw) = <&[u8; VERSION_BYTES]>::try_from(raw) else {
                     break;
                 };
-                let version = decode_version(raw, &self.bounds, &mut segment)
+                let (version, overflow) = decode_version(raw, &self.bounds, &mut segment)
                     .map_err(|reason| format!("version {}: {reason}", number * CHUNK + chunk.len()))?;
                 stored += usize::from(version.is_stored());
+                if let Some(overflow) = overflow {
+                    rare.push((chunk.len(), overflow));
+                }
                 chunk.push(version);
             }
-            done.push((number, chunk, stored));
+            done.push(DecodedChunk {
+                number,
+                versions: chunk,
+                stored,
+                rare,
+            });
         }
     }
 }
@@ -761,9 +778,19 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Loaded, String> {
     let (ids, versions_there) = ids_and_versions.ok_or("the id table was not built")?;
     let mut decoded = versions_here?;
     decoded.extend(versions_there?);
-    decoded.sort_unstable_by_key(|(number, _, _)| *number);
-    let stored: usize = decoded.iter().map(|(_, _, stored)| stored).sum();
-    let slots = ChunkVec::from_chunks(decoded.into_iter().map(|(_, chunk, _)| chunk).collect());
+    decoded.sort_unstable_by_key(|chunk| chunk.number);
+    let stored: usize = decoded.iter().map(|chunk| chunk.stored).sum();
+    // The overflow table, in slot order: each entry that needs it points at its place there.
+    let mut rare = Vec::new();
+    for chunk in &mut decoded {
+        for (at, overflow) in chunk.rare.drain(..) {
+            if let Some(version) = chunk.versions.get_mut(at) {
+                version.set_overflow(u32::try_from(rare.len()).map_err(|_| "too many overflow entries")?);
+                rare.push(overflow);
+            }
+        }
+    }
+    let slots = ChunkVec::from_chunks(decoded.into_iter().map(|chunk| chunk.versions).collect());
     if slots.len() != count {
         return Err("the version table was not decoded whole".into());
     }
@@ -776,7 +803,7 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Loaded, String> {
     for (id, times) in deletes {
         ids.set_deletes(id, times)?;
     }
-    let mut index = Index::from_checkpoint(seq, ids, slots, sets, (kinds, scopes, sources))?;
+    let mut index = Index::from_checkpoint(seq, ids, slots, rare, sets, (kinds, scopes, sources))?;
     index.registry = registry;
     index.pins = pins;
     Ok(Loaded { seq, segments, index })
@@ -946,6 +973,60 @@ mod tests {
         let loaded = decode(&seal(1, &encode_body(&latest, &marks))).expect("the largest timestamp is kept");
         let kept = loaded.index.visible("aa", 1).map(|v| v.version.timestamp());
         assert_eq!(kept, Some(crate::limits::TIMESTAMP_MAX));
+    }
+
+    #[test]
+    fn overflowing_expiries_and_generations_round_trip_across_chunks() {
+        // 10,000 versions (three chunks of rows): every 997th with an expiry past what an entry
+        // holds, and one id deleted and added again 40 times, whose later generations overflow.
+        let mut index = Index::default();
+        let name = |n: u64| format!("id{n}");
+        let expiry_of = |n: u64| {
+            if n.is_multiple_of(997) {
+                Some(u64::from(u32::MAX) + n)
+            } else if n.is_multiple_of(2) {
+                Some(60 + n)
+            } else {
+                None
+            }
+        };
+        for n in 0..10_000u64 {
+            let id = name(n);
+            let mut put = crate::index::tests::put(&id, "1", 1_000 + n as i64);
+            put.ttl_seconds = expiry_of(n);
+            index.apply_put(n + 1, &put, HERE);
+        }
+        let mut seq = 10_001;
+        for _ in 0..40 {
+            index.apply_put(seq, &crate::index::tests::put("churn", "1", 7), HERE);
+            index.apply_delete(seq + 1, "churn");
+            seq += 2;
+        }
+        index.apply_put(seq, &crate::index::tests::put("churn", "2", 7), HERE);
+        index.seq = seq;
+        let marks = [SegmentMark {
+            number: 1,
+            rewrites: 0,
+            len: 1000,
+        }];
+        let loaded = decode(&seal(seq, &encode_body(&index, &marks))).expect("intact").index;
+        for n in 0..10_000u64 {
+            let expected = expiry_of(n).map_or(crate::index::NEVER_EXPIRES, |ttl| 1_000 + n as i64 + ttl as i64);
+            let found = loaded.visible(&name(n), seq).map(|v| loaded.expires_at(v.version));
+            assert_eq!(found, Some(expected), "id {n}");
+        }
+        let generations = |index: &Index| -> Vec<(u32, i64)> {
+            let id = index.id_number("churn").expect("churn");
+            index
+                .versions_of(id)
+                .map(|(_, v)| (index.generation(v), index.expires_at(v)))
+                .collect()
+        };
+        assert_eq!(generations(&loaded), generations(&index));
+        assert_eq!(generations(&loaded).first().map(|g| g.0), Some(40));
+        assert_eq!(loaded.current_history("churn").count(), 1);
+        // The same rows again, byte for byte.
+        assert!(encode_body(&loaded, &marks) == encode_body(&index, &marks));
     }
 
     #[test]

@@ -95,7 +95,7 @@ impl Views {
         let history_end = index
             .versions_of(version.id)
             .map(|(_, other)| other)
-            .filter(|other| other.generation == version.generation)
+            .filter(|other| index.generation(other) == index.generation(version))
             .map(|other| other.seq_ended)
             .max()
             .unwrap_or(SEQ_OPEN);
@@ -104,8 +104,8 @@ impl Views {
     }
 
     /// Whether some view can still see `version` whole.
-    fn needed(&self, version: &VersionEntry) -> bool {
-        if version.visible_at(self.current_seq) && !version.expired_at(self.now) {
+    fn needed(&self, index: &Index, version: &VersionEntry) -> bool {
+        if version.visible_at(self.current_seq) && !index.expired_at(version, self.now) {
             return true;
         }
         // The first snapshot at or after the version's creation is the only one that can matter.
@@ -183,8 +183,10 @@ fn decide(index: &Index, views: &Views, version: &VersionEntry) -> Option<Decisi
     if version.state() == crate::index::VersionState::Forgotten {
         return None;
     }
-    let open_history = index.id_at(version.id).is_some_and(|e| e.deletes == version.generation);
-    if version.is_stored() && views.needed(version) {
+    let open_history = index
+        .id_at(version.id)
+        .is_some_and(|e| e.deletes == index.generation(version));
+    if version.is_stored() && views.needed(index, version) {
         return Some(Decision::Keep);
     }
     let reason = if !open_history {
@@ -376,10 +378,10 @@ fn rewrite(shared: &Shared, number: u32, plan: &SegmentPlan, report: &mut Compac
         let views = Views::gather(&live, &index, shared.clock.now());
         let still_reclaimable = updates.iter().all(|update| match update {
             Update::Move(..) => true,
-            Update::Retire(slot, ..) => index.slot(*slot).is_none_or(|v| !views.needed(v)),
+            Update::Retire(slot, ..) => index.slot(*slot).is_none_or(|v| !views.needed(&index, v)),
             Update::Forget(slot, _) => index
                 .slot(*slot)
-                .is_none_or(|v| !views.needed(v) && !views.may_see_history_of(&index, v)),
+                .is_none_or(|v| !views.needed(&index, v) && !views.may_see_history_of(&index, v)),
         });
         if !still_reclaimable {
             report.segments_skipped += 1;

@@ -58,10 +58,19 @@ pub(crate) fn record_crc_at(bytes: &[u8], at: usize) -> u32 {
 }
 
 /// Bits of [`VersionEntry`]'s `meta` word: the timestamp in the low 40 (validated timestamps,
-/// `0..=TIMESTAMP_MAX`, need 38), the type number in the next 16, the [`VersionState`] above them.
+/// `0..=TIMESTAMP_MAX`, need 38), the type number in the next 16, the [`VersionState`] in 2, then
+/// the overflow bit and 5 bits of generation.
 const META_TIMESTAMP_MASK: u64 = (1 << 40) - 1;
 const META_KIND_SHIFT: u32 = 40;
 const META_STATE_SHIFT: u32 = 56;
+/// The timestamp, type number and state: what [`VersionEntry::with_meta`] sets.
+const META_MAIN_MASK: u64 = (1 << 58) - 1;
+/// Set when the version's expiry and generation are in the index's overflow table ([`Rare`]).
+const META_OVERFLOW: u64 = 1 << 58;
+const META_GENERATION_SHIFT: u32 = 59;
+/// The largest generation kept in the entry itself (5 bits); an id deleted more often has the
+/// versions of its later histories in the overflow table.
+const GENERATION_INLINE_MAX: u32 = 31;
 
 /// The `meta` word of a version: its timestamp, type number and state in one `u64`.
 fn meta_word(timestamp: i64, kind: u16, state: VersionState) -> u64 {
@@ -75,26 +84,36 @@ fn meta_word(timestamp: i64, kind: u16, state: VersionState) -> u64 {
     timestamp | (u64::from(kind) << META_KIND_SHIFT) | ((state as u64) << META_STATE_SHIFT)
 }
 
-/// One stored version of an id: 72 bytes, no heap.
+/// A version's expiry and generation when they do not fit in its entry: an expiry more than
+/// `u32::MAX` seconds (136 years) after its timestamp, or a generation above
+/// [`GENERATION_INLINE_MAX`]. Rare by design: W1 has none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Rare {
+    pub(crate) expires_at: i64,
+    pub(crate) generation: u32,
+}
+
+/// One stored version of an id: 64 bytes (a cache line), no heap.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct VersionEntry {
     pub(crate) seq_created: u64,
     pub(crate) seq_ended: u64,
     /// The item's timestamp (with the slot, the key of its entries in the ordered sets), its type
-    /// number and its state: see [`meta_word`].
+    /// number and state, and where its expiry and generation are: see [`meta_word`] and
+    /// [`Index::expires_at`].
     meta: u64,
-    pub(crate) expires_at: i64,
     pub(crate) location: Location,
     /// Position of the id in the index's id table.
     pub(crate) id: u32,
     /// The id's previous (older) version still in the index, or [`NO_SLOT`].
     pub(crate) prev: u32,
-    /// How many deletes of the id came before this version: versions of one history share it.
-    pub(crate) generation: u32,
     /// [`version_tag`] of the version string.
     pub(crate) version_tag: u32,
     pub(crate) scope: u32,
     pub(crate) source: u32,
+    /// Without the overflow bit: 0 if the version never expires, else how many seconds after its
+    /// timestamp it does. With it: the position of its [`Rare`] in the index's overflow table.
+    expiry: u32,
 }
 
 impl Default for VersionEntry {
@@ -103,14 +122,13 @@ impl Default for VersionEntry {
             seq_created: 0,
             seq_ended: SEQ_OPEN,
             meta: meta_word(0, 0, VersionState::Forgotten),
-            expires_at: NEVER_EXPIRES,
             location: Location::default(),
             id: 0,
             prev: NO_SLOT,
-            generation: 0,
             version_tag: 0,
             scope: 0,
             source: 0,
+            expiry: 0,
         }
     }
 }
@@ -131,9 +149,52 @@ impl VersionEntry {
     /// This version with the timestamp (in `0..=TIMESTAMP_MAX`), type number and state given.
     pub(crate) fn with_meta(self, timestamp: i64, kind: u16, state: VersionState) -> Self {
         VersionEntry {
-            meta: meta_word(timestamp, kind, state),
+            meta: (self.meta & !META_MAIN_MASK) | meta_word(timestamp, kind, state),
             ..self
         }
+    }
+
+    /// Keeps `expires_at` and `generation` in the entry if they fit there (an expiry at most
+    /// `u32::MAX` seconds after the timestamp, or never; a generation up to
+    /// [`GENERATION_INLINE_MAX`]); otherwise returns them, for the overflow table (then
+    /// [`VersionEntry::set_overflow`]). Set the timestamp first: the expiry is kept relative to it.
+    #[must_use]
+    pub(crate) fn set_rare_inline(&mut self, expires_at: i64, generation: u32) -> Option<Rare> {
+        let expiry = if expires_at == NEVER_EXPIRES {
+            Some(0)
+        } else {
+            expires_at
+                .checked_sub(self.timestamp())
+                .and_then(|after| u32::try_from(after).ok())
+                .filter(|after| *after > 0)
+        };
+        match expiry {
+            Some(expiry) if generation <= GENERATION_INLINE_MAX => {
+                self.meta = (self.meta & META_MAIN_MASK) | (u64::from(generation) << META_GENERATION_SHIFT);
+                self.expiry = expiry;
+                None
+            }
+            _ => Some(Rare { expires_at, generation }),
+        }
+    }
+
+    /// Points the entry at its [`Rare`], at position `at` of the index's overflow table.
+    pub(crate) fn set_overflow(&mut self, at: u32) {
+        self.meta = (self.meta & META_MAIN_MASK) | META_OVERFLOW;
+        self.expiry = at;
+    }
+
+    /// The entry's expiry and generation, `Err` with the position of its [`Rare`] when they are in
+    /// the overflow table.
+    fn rare_inline(&self) -> Result<(i64, u32), usize> {
+        if self.meta & META_OVERFLOW != 0 {
+            return Err(usize::try_from(self.expiry).unwrap_or(usize::MAX));
+        }
+        let expires_at = match self.expiry {
+            0 => NEVER_EXPIRES,
+            after => self.timestamp().saturating_add(i64::from(after)),
+        };
+        Ok((expires_at, (self.meta >> META_GENERATION_SHIFT) as u32))
     }
 
     /// The item's timestamp.
@@ -157,7 +218,7 @@ impl VersionEntry {
     }
 
     fn set_state(&mut self, state: VersionState) {
-        self.meta = meta_word(self.timestamp(), self.kind(), state);
+        self.meta = (self.meta & !(3 << META_STATE_SHIFT)) | ((state as u64) << META_STATE_SHIFT);
     }
 
     /// Whether compaction reclaimed this version's content.
@@ -173,11 +234,6 @@ impl VersionEntry {
     /// Whether a view at `seq` sees this version.
     pub(crate) fn visible_at(&self, seq: u64) -> bool {
         self.seq_created <= seq && seq < self.seq_ended
-    }
-
-    /// Whether the version has expired at time `now`.
-    pub(crate) fn expired_at(&self, now: i64) -> bool {
-        self.expires_at <= now
     }
 }
 
@@ -756,6 +812,8 @@ pub(crate) struct Index {
     pub(crate) pins: BTreeMap<String, PinInfo>,
     /// Slots compaction emptied.
     pub(crate) forgotten: u64,
+    /// The expiries and generations that do not fit in their version entries (see [`Rare`]).
+    rare: Vec<Rare>,
 }
 
 /// Where a stepwise purge of the ordered sets has got to ([`Index::purge_sets_step`]): the set (the
@@ -837,6 +895,36 @@ impl Index {
             .map(|(_, version)| Visible { version })
     }
 
+    /// When the version expires ([`NEVER_EXPIRES`] for never).
+    pub(crate) fn expires_at(&self, version: &VersionEntry) -> i64 {
+        match version.rare_inline() {
+            Ok((expires_at, _)) => expires_at,
+            Err(at) => self.rare.get(at).map_or(NEVER_EXPIRES, |rare| rare.expires_at),
+        }
+    }
+
+    /// Whether the version has expired at time `now`.
+    pub(crate) fn expired_at(&self, version: &VersionEntry, now: i64) -> bool {
+        self.expires_at(version) <= now
+    }
+
+    /// How many deletes of the version's id came before it: versions of one history share it.
+    pub(crate) fn generation(&self, version: &VersionEntry) -> u32 {
+        match version.rare_inline() {
+            Ok((_, generation)) => generation,
+            Err(at) => self.rare.get(at).map_or(0, |rare| rare.generation),
+        }
+    }
+
+    /// Sets the version's expiry and generation, in the entry or, if they do not fit, in the
+    /// overflow table.
+    fn set_rare(&mut self, version: &mut VersionEntry, expires_at: i64, generation: u32) {
+        if let Some(rare) = version.set_rare_inline(expires_at, generation) {
+            version.set_overflow(u32::try_from(self.rare.len()).unwrap_or(u32::MAX));
+            self.rare.push(rare);
+        }
+    }
+
     /// The versions of the id's current history (since its last delete), newest first.
     pub(crate) fn current_history<'a>(&'a self, name: &str) -> impl Iterator<Item = &'a VersionEntry> + 'a {
         let id = self.id_number(name);
@@ -844,7 +932,7 @@ impl Index {
         id.into_iter()
             .flat_map(|id| self.versions_of(id))
             .map(|(_, version)| version)
-            .filter(move |version| version.generation == generation)
+            .filter(move |version| self.generation(version) == generation)
     }
 
     /// A new id lookup with room for `more` ids besides those known, when adding that many would
@@ -918,17 +1006,19 @@ impl Index {
         }
     }
 
-    /// Appends a version of id `name` created by batch `seq`; it ends the id's open version.
-    fn push_version(&mut self, seq: u64, name: &str, mut version: VersionEntry) -> u32 {
+    /// Appends a version of id `name` created by batch `seq`, expiring at `expires_at`; it ends the
+    /// id's open version.
+    fn push_version(&mut self, seq: u64, name: &str, mut version: VersionEntry, expires_at: i64) -> u32 {
         let slot = u32::try_from(self.slots.len()).unwrap_or(u32::MAX);
         let id = self.id_position(name);
         let Some(entry) = self.ids.get_mut(position(id)) else {
             return slot;
         };
         version.id = id;
-        version.generation = entry.deletes;
         version.prev = entry.latest;
         entry.latest = slot;
+        let generation = entry.deletes;
+        self.set_rare(&mut version, expires_at, generation);
         let mut ended_live = false;
         if let Some(previous) = self.slots.get_mut(position(version.prev)) {
             if previous.seq_ended == SEQ_OPEN {
@@ -956,7 +1046,6 @@ impl Index {
             VersionEntry {
                 seq_created: seq,
                 seq_ended: SEQ_OPEN,
-                expires_at: put.expires_at().unwrap_or(NEVER_EXPIRES),
                 location,
                 version_tag: version_tag(put.version),
                 scope,
@@ -964,6 +1053,7 @@ impl Index {
                 ..VersionEntry::default()
             }
             .with_meta(put.timestamp, kind, VersionState::Stored),
+            put.expires_at().unwrap_or(NEVER_EXPIRES),
         );
         let key = (put.timestamp, slot);
         let kind_index = usize::from(kind);
@@ -996,6 +1086,7 @@ impl Index {
                 ..VersionEntry::default()
             }
             .with_meta(0, 0, VersionState::Retired),
+            NEVER_EXPIRES,
         );
     }
 
@@ -1029,6 +1120,7 @@ impl Index {
         seq: u64,
         ids: IdTable,
         slots: ChunkVec<VersionEntry>,
+        rare: Vec<Rare>,
         sets: (Vec<KeySet>, Vec<KeySet>, KeySet),
         tables: (Interner<Box<str>>, Interner<Scope>, Interner<Box<str>>),
     ) -> Result<Index, String> {
@@ -1038,6 +1130,7 @@ impl Index {
             names: ids.names,
             by_name: ids.by_name,
             hasher: ids.hasher,
+            rare,
             ..Index::default()
         };
         index.slots = slots;
@@ -1200,7 +1293,8 @@ impl Index {
                 .chain(self.by_scope.iter())
                 .map(KeySet::heap_bytes)
                 .sum::<u64>();
-        self.slots.heap_bytes() + self.ids.heap_bytes() + self.names.heap_bytes() + by_name + sets
+        let rare = (self.rare.capacity() * std::mem::size_of::<Rare>()) as u64;
+        self.slots.heap_bytes() + self.ids.heap_bytes() + self.names.heap_bytes() + by_name + sets + rare
     }
 }
 
@@ -1322,28 +1416,72 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn a_version_keeps_its_timestamp_type_and_state_apart() {
+    fn a_version_keeps_its_timestamp_type_state_expiry_and_generation_apart() {
         let states = [VersionState::Stored, VersionState::Retired, VersionState::Forgotten];
         for timestamp in [0, 1, 1_700_000_000, crate::limits::TIMESTAMP_MAX] {
+            let fits = [
+                NEVER_EXPIRES,
+                timestamp + 1,
+                timestamp + 3_600,
+                timestamp + i64::from(u32::MAX),
+            ];
+            let does_not = [
+                timestamp + i64::from(u32::MAX) + 1,
+                timestamp,
+                timestamp - 1,
+                i64::MIN,
+                i64::MAX - 1,
+            ];
             for kind in [0, 1, 0x8001, u16::MAX] {
                 for state in states {
-                    let mut version = VersionEntry {
-                        seq_created: 3,
-                        seq_ended: 9,
-                        expires_at: 44,
-                        ..VersionEntry::default()
-                    }
-                    .with_meta(timestamp, kind, state);
-                    assert_eq!(
-                        (version.timestamp(), version.kind(), version.state()),
-                        (timestamp, kind, state)
-                    );
-                    assert_eq!((version.seq_created, version.seq_ended, version.expires_at), (3, 9, 44));
-                    for next in states {
-                        version.set_state(next);
+                    for (expires_at, generation) in fits
+                        .iter()
+                        .map(|e| (*e, 0))
+                        .chain(fits.iter().map(|e| (*e, GENERATION_INLINE_MAX)))
+                        .chain(does_not.iter().map(|e| (*e, 0)))
+                        .chain(fits.iter().map(|e| (*e, GENERATION_INLINE_MAX + 1)))
+                        .chain([(NEVER_EXPIRES, u32::MAX)])
+                    {
+                        let mut version = VersionEntry {
+                            seq_created: 3,
+                            seq_ended: 9,
+                            ..VersionEntry::default()
+                        }
+                        .with_meta(timestamp, kind, state);
+                        let overflow = version.set_rare_inline(expires_at, generation);
+                        let inline = fits.contains(&expires_at) && generation <= GENERATION_INLINE_MAX;
+                        let mut index = Index::default();
+                        if inline {
+                            assert_eq!(overflow, None, "{timestamp} {expires_at} {generation}");
+                        } else {
+                            assert_eq!(overflow, Some(Rare { expires_at, generation }));
+                            index.rare = vec![
+                                Rare {
+                                    expires_at: 1,
+                                    generation: 2
+                                };
+                                7
+                            ];
+                            index.rare.push(Rare { expires_at, generation });
+                            version.set_overflow(7);
+                        }
+                        for next in states {
+                            version.set_state(next);
+                            assert_eq!(
+                                (version.timestamp(), version.kind(), version.state()),
+                                (timestamp, kind, next)
+                            );
+                            assert_eq!(
+                                (index.expires_at(&version), index.generation(&version)),
+                                (expires_at, generation),
+                                "{timestamp} {kind} {next:?}"
+                            );
+                            assert_eq!((version.seq_created, version.seq_ended), (3, 9));
+                        }
+                        version = version.with_meta(timestamp, kind, VersionState::Stored);
                         assert_eq!(
-                            (version.timestamp(), version.kind(), version.state()),
-                            (timestamp, kind, next)
+                            (index.expires_at(&version), index.generation(&version)),
+                            (expires_at, generation)
                         );
                     }
                 }
@@ -1354,11 +1492,50 @@ pub(crate) mod tests {
             (fresh.timestamp(), fresh.kind(), fresh.state()),
             (0, 0, VersionState::Forgotten)
         );
+        assert_eq!(Index::default().expires_at(&fresh), NEVER_EXPIRES);
+    }
+
+    #[test]
+    fn far_expiries_and_many_deletes_go_to_the_overflow_table() {
+        let mut index = Index::default();
+        // A TTL past what an entry holds (u32::MAX seconds), and one that saturates to never.
+        let mut far = put("far", "1", 1_000);
+        far.ttl_seconds = Some(u64::from(u32::MAX) + 5);
+        index.apply_put(1, &far, HERE);
+        let mut endless = put("endless", "1", 1_000);
+        endless.ttl_seconds = Some(u64::MAX);
+        index.apply_put(2, &endless, HERE);
+        let mut soon = put("soon", "1", 1_000);
+        soon.ttl_seconds = Some(60);
+        index.apply_put(3, &soon, HERE);
+        let expiry = |index: &Index, name: &str| index.visible(name, 100).map(|v| index.expires_at(v.version));
+        assert_eq!(expiry(&index, "far"), Some(1_000 + i64::from(u32::MAX) + 5));
+        assert_eq!(expiry(&index, "endless"), Some(NEVER_EXPIRES));
+        assert_eq!(expiry(&index, "soon"), Some(1_060));
+        assert_eq!(index.rare.len(), 1, "only the far expiry overflows");
+        // An id deleted more often than an entry counts: its later histories' generations overflow.
+        let mut seq = 10;
+        for round in 0..40u32 {
+            index.apply_put(seq, &put("churn", "1", 5), HERE);
+            assert_eq!(index.current_history("churn").count(), 1, "round {round}");
+            let latest = index.current_history("churn").next().map(|v| index.generation(v));
+            assert_eq!(latest, Some(round));
+            assert!(index.apply_delete(seq + 1, "churn"));
+            seq += 2;
+        }
+        assert_eq!(index.rare.len(), 1 + 40 - 1 - GENERATION_INLINE_MAX as usize);
+        let generations: Vec<u32> = index
+            .versions_of(index.id_number("churn").unwrap())
+            .map(|(_, v)| index.generation(v))
+            .collect();
+        assert_eq!(generations, (0..40).rev().collect::<Vec<u32>>());
+        assert!(index.estimated_bytes() >= (index.rare.len() * std::mem::size_of::<Rare>()) as u64);
     }
 
     #[test]
     fn entries_stay_small() {
-        assert_eq!(std::mem::size_of::<VersionEntry>(), 72);
+        assert_eq!(std::mem::size_of::<VersionEntry>(), 64);
+        assert_eq!(std::mem::size_of::<Rare>(), 16);
         assert_eq!(std::mem::size_of::<IdEntry>(), 16);
     }
 

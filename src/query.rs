@@ -361,7 +361,7 @@ pub(crate) fn run<T>(
             // Compaction unlinks reclaimed versions from the sets a little after reclaiming them.
             let passes = version.is_stored()
                 && version.visible_at(bounds.seq)
-                && !version.expired_at(bounds.now)
+                && !index.expired_at(version, bounds.now)
                 && kinds.as_ref().is_none_or(|kinds| kinds.contains(&version.kind()))
                 && allowed_scopes
                     .as_ref()

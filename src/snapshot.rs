@@ -437,7 +437,7 @@ fn same_metadata(index: &Index, version: &VersionEntry, put: &PutView<'_>) -> bo
             _ => false,
         });
     put.timestamp == version.timestamp()
-        && put.expires_at().unwrap_or(NEVER_EXPIRES) == version.expires_at
+        && put.expires_at().unwrap_or(NEVER_EXPIRES) == index.expires_at(version)
         && scope_matches
         && index
             .kinds
@@ -854,9 +854,9 @@ impl Snapshot {
         if !scope_allowed {
             return not_found();
         }
-        if latest.expired_at(now) {
+        if index.expired_at(latest, now) {
             return Ok(Answer::Expired {
-                expired_at: latest.expires_at,
+                expired_at: index.expires_at(latest),
             });
         }
         let read = |entry: &VersionEntry| match read(index, entry) {
@@ -882,7 +882,10 @@ impl Snapshot {
         // only its bytes, and it is not returned.
         let mut earlier = false;
         for (_, entry) in index.versions_of(latest.id) {
-            if std::ptr::eq(entry, latest) || entry.generation != latest.generation || entry.seq_created > seq {
+            if std::ptr::eq(entry, latest)
+                || index.generation(entry) != index.generation(latest)
+                || entry.seq_created > seq
+            {
                 continue;
             }
             match is_version(index, entry, asked) {
@@ -916,7 +919,7 @@ pub(crate) fn pinned(shared: &Shared) -> Vec<SnapshotInfo> {
                 .slots
                 .iter()
                 .filter(|v| v.is_stored() && v.visible_at(pin.seq))
-                .filter(|v| !v.visible_at(index.seq) || v.expired_at(now))
+                .filter(|v| !v.visible_at(index.seq) || index.expired_at(v, now))
                 .map(|v| u64::from(v.location.len))
                 .sum();
             SnapshotInfo {
