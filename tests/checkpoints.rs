@@ -613,3 +613,143 @@ fn verify_reports_a_damaged_checkpoint_file() {
     );
     assert!(!report.is_ok());
 }
+
+/// What the store answers for the ids of `far_expiries_and_many_deletes_...`, in order.
+fn rare_answers(store: &Store) -> Vec<String> {
+    let refs = ["edge", "far", "endless", "churn", "churn@1", "churn@2"];
+    store
+        .resolve(refs)
+        .expect("resolve")
+        .iter()
+        .map(|r| match r {
+            Resolution::Found(item) => format!("found {}@{}", item.id, item.version),
+            Resolution::Expired { id, expired_at } => format!("expired {id} at {expired_at}"),
+            Resolution::Superseded {
+                id, requested_version, ..
+            } => format!("superseded {id}@{requested_version}"),
+            other => format!("{other:?}"),
+        })
+        .collect()
+}
+
+/// Expiries more than `u32::MAX` seconds after an item's timestamp, and generations past what a
+/// version entry holds (an id deleted 40 times), live in the index's overflow table: they must answer
+/// exactly as the small ones do, after a reopen from the checkpoint, after a full replay, and in a
+/// pinned snapshot across a compaction.
+#[test]
+fn far_expiries_and_many_deletes_survive_reopen_replay_and_compaction() {
+    const T0: i64 = 1_700_000_000;
+    let edge_at = T0 + i64::from(u32::MAX);
+    let far_at = T0 + i64::from(u32::MAX) + 10;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = clock_at(T0);
+    let store = open_manual(dir.path(), &clock);
+    store
+        .add([
+            item("edge", T0, "1", json!({"n": 1})).with_ttl(u64::from(u32::MAX)),
+            item("far", T0, "1", json!({"n": 2})).with_ttl(u64::from(u32::MAX) + 10),
+            item("endless", T0, "1", json!({"n": 3})).with_ttl(u64::MAX),
+        ])
+        .expect("add");
+    for round in 0..40 {
+        store
+            .add([item("churn", T0, "1", json!({"round": round}))])
+            .expect("add churn");
+        if round == 35 {
+            // Pinned while generation 35 (in the overflow table) is the current history.
+            store.pin_snapshot("round35").expect("pin");
+        }
+        assert!(store.delete("churn").expect("delete"));
+    }
+    store
+        .add([item("churn", T0, "2", json!({"round": 40}))])
+        .expect("add churn 2");
+
+    let fresh = [
+        "found edge@1",
+        "found far@1",
+        "found endless@1",
+        "found churn@2",
+        // v1 belongs to deleted histories only: the current history knows v2 alone.
+        "NotFound { reference: \"churn@1\" }",
+        "found churn@2",
+    ];
+    assert_eq!(rare_answers(&store), fresh);
+    clock.set(edge_at);
+    let at_edge = [
+        format!("expired edge at {edge_at}"),
+        "found far@1".into(),
+        "found endless@1".into(),
+        "found churn@2".into(),
+        "NotFound { reference: \"churn@1\" }".into(),
+        "found churn@2".into(),
+    ];
+    assert_eq!(rare_answers(&store), at_edge);
+    let pinned = |store: &Store| -> Vec<String> {
+        let snap = store.open_snapshot("round35").expect("open pin");
+        snap.resolve(["churn", "churn@1"])
+            .expect("resolve pinned")
+            .iter()
+            .map(|r| match r {
+                Resolution::Found(item) => format!("found {}@{} {}", item.id, item.version, item.content),
+                other => format!("{other:?}"),
+            })
+            .collect()
+    };
+    let pinned_answers = vec![
+        "found churn@1 {\"round\":35}".to_string(),
+        "found churn@1 {\"round\":35}".to_string(),
+    ];
+    assert_eq!(pinned(&store), pinned_answers);
+    drop(store);
+
+    // From the checkpoint, then by a full replay of the log.
+    let store = open_manual(dir.path(), &clock);
+    assert!(store.stats().recovery.checkpoint_seq.is_some());
+    assert_eq!(rare_answers(&store), at_edge);
+    assert_eq!(pinned(&store), pinned_answers);
+    drop(store);
+    for checkpoint in checkpoint_files(dir.path()) {
+        std::fs::remove_file(checkpoint).expect("remove checkpoint");
+    }
+    let store = open_manual(dir.path(), &clock);
+    assert!(store.stats().recovery.checkpoint_seq.is_none());
+    assert_eq!(rare_answers(&store), at_edge);
+    assert_eq!(pinned(&store), pinned_answers);
+
+    // One second before far's expiry, then at it; a compaction keeps what the pin sees.
+    clock.set(far_at - 1);
+    assert_eq!(rare_answers(&store)[1], "found far@1");
+    clock.set(far_at);
+    assert_eq!(rare_answers(&store)[1], format!("expired far at {far_at}"));
+    let expired = rare_answers(&store);
+    // The pin keeps both expired items (it saw them live) and the deleted histories it sees.
+    let report = store.compact().expect("compact");
+    // The 39 deleted histories the pin does not see are forgotten; round 35's stays.
+    assert_eq!(
+        (report.reclaimed_expired, report.reclaimed_deleted),
+        (0, 39),
+        "{report:?}"
+    );
+    assert_eq!(rare_answers(&store), expired);
+    assert_eq!(pinned(&store), pinned_answers);
+    drop(store);
+    let store = open_manual(dir.path(), &clock);
+    assert_eq!(rare_answers(&store), expired);
+    assert_eq!(pinned(&store), pinned_answers);
+    // Without the pin, compaction reclaims them, and forgets the deleted histories.
+    assert!(store.unpin_snapshot("round35").expect("unpin"));
+    let report = store.compact().expect("compact");
+    assert_eq!(
+        (report.reclaimed_expired, report.reclaimed_deleted),
+        (2, 1),
+        "{report:?}"
+    );
+    let after = rare_answers(&store);
+    assert_eq!(after[0], "NotFound { reference: \"edge\" }");
+    assert_eq!(after[1], "NotFound { reference: \"far\" }");
+    assert_eq!(after[2..], at_edge[2..]);
+    drop(store);
+    let store = open_manual(dir.path(), &clock);
+    assert_eq!(rare_answers(&store), after);
+}
