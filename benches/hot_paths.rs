@@ -1,6 +1,8 @@
-//! Criterion micro-benchmarks of ctxlog's hot paths, through the public API, so a regression is visible:
-//! validation + hashing (an `add` of a batch to a `Durability::Never` store), `resolve`, a typed
-//! time-window query, `ContextItem::from_json` / `to_json`, and `canonical_json`.
+//! Criterion micro-benchmarks of ctxlog's hot paths, so a regression is visible. Through the public
+//! API: validation + hashing (an `add` of a batch to a `Durability::Never` store), `resolve`, a typed
+//! time-window query, query planning alone (a query whose window holds nothing),
+//! `ContextItem::from_json` / `to_json`, and `canonical_json`. Through `ctxlog::bench` (hidden, for
+//! benchmarks only): a batch frame's encoding and decoding, and the index insert of a batch.
 //!
 //! `cargo bench --bench hot_paths` (add `-- NAME` to filter).
 
@@ -8,7 +10,8 @@ use std::hint::black_box;
 use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
-use ctxlog::{canonical_json, ContextItem, ContextQuery, Durability, ManualClock, Options, Store, TimeRange};
+use ctxlog::bench::{decode_frame_records, IndexInput, PutRecords};
+use ctxlog::{canonical_json, ContextItem, ContextQuery, Durability, ManualClock, Options, Scope, Store, TimeRange};
 
 mod w1;
 use w1::{item, mix, BASE_TS};
@@ -125,6 +128,42 @@ fn read_path(c: &mut Criterion) {
         });
     });
     group.finish();
+    // Planning alone: the query's checks, its filters interned, the smallest candidate set chosen
+    // (two types against two scopes against time) and its range found, over a window before every
+    // item, so that nothing is read.
+    let before = ContextQuery::new()
+        .types(["document_chunk", "message"])
+        .scopes([Scope::GlobalReadonly, Scope::Session("s7".into())])
+        .time_range(TimeRange::new(BASE_TS - 1_000, BASE_TS - 1).expect("range"));
+    c.bench_function("query_plan_empty_window", |b| {
+        b.iter(|| black_box(store.get(black_box(&before)).expect("get")))
+    });
+}
+
+fn internals(c: &mut Criterion) {
+    // One 1,000-item W1 batch, validated and encoded once, as the adding threads encode it.
+    let records = PutRecords::encode((0..1000).map(item)).expect("valid W1 items");
+    let frame = records.frame(1).expect("frame");
+    let mut group = c.benchmark_group("frame");
+    group.throughput(Throughput::Elements(records.len() as u64));
+    // The writer's copy of every record into the frame, and the frame's CRC.
+    group.bench_function("encode_1000_records", |b| {
+        b.iter(|| black_box(records.frame(black_box(1)).expect("frame")))
+    });
+    // Opening's and replay's check of the frame CRC and decoding of every record (no item built).
+    group.bench_function("decode_1000_records", |b| {
+        b.iter(|| black_box(decode_frame_records(black_box(&frame))))
+    });
+    group.finish();
+    let input = IndexInput::decode(&frame).expect("decode the frame");
+    let mut group = c.benchmark_group("index");
+    group.throughput(Throughput::Elements(input.len() as u64));
+    // What publishing the batch does to the index (id lookup, version entry, type, scope and time
+    // sets), into a fresh index each time (its allocation and freeing included).
+    group.bench_function("insert_1000_into_empty", |b| {
+        b.iter(|| black_box(input.insert_into_fresh_index()))
+    });
+    group.finish();
 }
 
 fn json_paths(c: &mut Criterion) {
@@ -175,5 +214,5 @@ fn read_checks(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, write_path, read_path, json_paths, read_checks);
+criterion_group!(benches, write_path, read_path, json_paths, read_checks, internals);
 criterion_main!(benches);

@@ -30,6 +30,8 @@
 #![warn(missing_docs)]
 #![deny(unsafe_code)]
 
+#[doc(hidden)]
+pub mod bench;
 mod checkpoint;
 mod clock;
 mod compaction;
