@@ -4,10 +4,11 @@
 //! `Store`.
 
 use crate::error::{Error, Result};
-use crate::index::{record_crc_at, Index, Location};
+use crate::index::{Index, Location};
 use crate::item::{validate_item, ContextItem, TypeRegistry};
 use crate::limits::CONTENT_BYTES_DEFAULT;
 use crate::log::record::{decode_batch, read_frame, BatchEncoder, PutView, RecordView};
+use crate::recovery::location_of;
 
 /// Put records of items, encoded as the adding threads encode them: validated, hashed, content
 /// canonical and compressed when that pays.
@@ -85,18 +86,10 @@ impl<'a> IndexInput<'a> {
             reason,
         };
         let (header, payload) = read_frame(frame).map_err(|e| corrupt(format!("{e:?}")))?;
-        // The payload's offset in the frame: the records' offsets are from the payload's start.
-        let base = frame.len() - payload.len();
         let mut puts = Vec::new();
         for (start, len, record) in decode_batch(payload).map_err(|e| corrupt(e.0))? {
             if let RecordView::Put(put) = record {
-                let location = Location {
-                    segment: 1,
-                    offset: u32::try_from(base + start).unwrap_or(u32::MAX),
-                    len: u32::try_from(len).unwrap_or(u32::MAX),
-                    crc: record_crc_at(payload, start),
-                };
-                puts.push((put, location));
+                puts.push((put, location_of(1, 0, payload, start, len).map_err(corrupt)?));
             }
         }
         Ok(IndexInput { seq: header.seq, puts })

@@ -186,7 +186,7 @@ impl VersionEntry {
 
     /// The entry's expiry and generation, `Err` with the position of its [`Rare`] when they are in
     /// the overflow table.
-    fn rare_inline(&self) -> Result<(i64, u32), usize> {
+    fn rare_inline(&self) -> Result<Rare, usize> {
         if self.meta & META_OVERFLOW != 0 {
             return Err(usize::try_from(self.expiry).unwrap_or(usize::MAX));
         }
@@ -194,7 +194,10 @@ impl VersionEntry {
             0 => NEVER_EXPIRES,
             after => self.timestamp().saturating_add(i64::from(after)),
         };
-        Ok((expires_at, (self.meta >> META_GENERATION_SHIFT) as u32))
+        Ok(Rare {
+            expires_at,
+            generation: (self.meta >> META_GENERATION_SHIFT) as u32,
+        })
     }
 
     /// The item's timestamp.
@@ -895,12 +898,19 @@ impl Index {
             .map(|(_, version)| Visible { version })
     }
 
+    /// The version's expiry and generation, from its entry or from the overflow table.
+    fn rare_of(&self, version: &VersionEntry) -> Rare {
+        version.rare_inline().unwrap_or_else(|at| {
+            self.rare.get(at).copied().unwrap_or(Rare {
+                expires_at: NEVER_EXPIRES,
+                generation: 0,
+            })
+        })
+    }
+
     /// When the version expires ([`NEVER_EXPIRES`] for never).
     pub(crate) fn expires_at(&self, version: &VersionEntry) -> i64 {
-        match version.rare_inline() {
-            Ok((expires_at, _)) => expires_at,
-            Err(at) => self.rare.get(at).map_or(NEVER_EXPIRES, |rare| rare.expires_at),
-        }
+        self.rare_of(version).expires_at
     }
 
     /// Whether the version has expired at time `now`.
@@ -910,10 +920,7 @@ impl Index {
 
     /// How many deletes of the version's id came before it: versions of one history share it.
     pub(crate) fn generation(&self, version: &VersionEntry) -> u32 {
-        match version.rare_inline() {
-            Ok((_, generation)) => generation,
-            Err(at) => self.rare.get(at).map_or(0, |rare| rare.generation),
-        }
+        self.rare_of(version).generation
     }
 
     /// Sets the version's expiry and generation, in the entry or, if they do not fit, in the

@@ -149,7 +149,7 @@ fn synced_frame_after(bytes: &[u8], bad: usize, expected_seq: u64) -> bool {
 }
 
 /// The location of a record `start` bytes into `payload`, the payload of the frame at `frame_offset`.
-fn location_of(
+pub(crate) fn location_of(
     segment: u32,
     frame_offset: usize,
     payload: &[u8],
