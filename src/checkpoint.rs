@@ -87,6 +87,9 @@ fn put_count(out: &mut Vec<u8>, n: usize) {
     out.extend_from_slice(&u32::try_from(n).unwrap_or(u32::MAX).to_le_bytes());
 }
 
+/// How long a checkpoint waits for a group applied to the index during its fsync to be published.
+const UNPUBLISHED_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// State byte of a version in the version table.
 const STATE_STORED: u8 = 0;
 const STATE_RETIRED: u8 = 1;
@@ -829,8 +832,28 @@ pub(crate) fn write(shared: &Shared, sync_log: bool) -> Result<u64> {
     };
     file.clear();
     file.extend_from_slice(&[0; CHECKPOINT_HEADER_BYTES]);
-    let seq = {
+    let waiting_since = std::time::Instant::now();
+    let seq = loop {
         let index = shared.read_index();
+        // A bulk group applied ahead of its fsync is published once that fsync returns: a
+        // checkpoint taken before would hold versions past its sequence number, which loading
+        // refuses. Wait for it, a bounded time (the maintenance thread tries again later).
+        if !index.unpublished.is_none() {
+            if index.unpublished.failed {
+                return Err(Error::Poisoned {
+                    reason: "the index holds a group whose fsync failed".into(),
+                });
+            }
+            drop(index);
+            if waiting_since.elapsed() >= UNPUBLISHED_WAIT_MAX {
+                return Err(Error::io(
+                    "waiting for a group's fsync before a checkpoint",
+                    std::io::Error::from(std::io::ErrorKind::TimedOut),
+                ));
+            }
+            std::thread::sleep(std::time::Duration::from_micros(100));
+            continue;
+        }
         let marks: Vec<SegmentMark> = index
             .segments
             .iter()
@@ -841,7 +864,7 @@ pub(crate) fn write(shared: &Shared, sync_log: bool) -> Result<u64> {
             })
             .collect();
         encode_body_into(&mut file, &index, &marks);
-        index.seq
+        break index.seq;
     };
     // The header and the checksum are filled in after the lock is released.
     seal_in_place(seq, &mut file);

@@ -237,7 +237,7 @@ pub(crate) fn compact(shared: &Shared, min_share: f64) -> Result<CompactionRepor
             };
             #[allow(clippy::cast_precision_loss)]
             let share = plan.reclaim_bytes as f64 / segment.published_len().max(1) as f64;
-            if plan.reclaim_bytes > 0 && share >= min_share && number < active {
+            if plan.reclaim_bytes > 0 && share >= min_share && number < active && index.segment_published(number) {
                 chosen.push((number, plan));
             }
         }

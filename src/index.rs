@@ -817,6 +817,31 @@ pub(crate) struct Index {
     pub(crate) forgotten: u64,
     /// The expiries and generations that do not fit in their version entries (see [`Rare`]).
     rare: Vec<Rare>,
+    /// What the writer applied ahead of `seq` (see [`Unpublished`]).
+    pub(crate) unpublished: Unpublished,
+}
+
+/// A bulk group the writer applied to the index while its fsync runs, before publishing it.
+///
+/// Its versions have sequence numbers above [`Index::seq`], so no view sees them, and the versions
+/// they supersede stay visible to every view: readers need nothing more. What counts the index as a
+/// whole needs this: statistics leave these versions and ids out, and a checkpoint waits until the
+/// group is published (or refuses, once its fsync failed).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Unpublished {
+    /// Versions appended.
+    pub(crate) versions: u64,
+    /// Ids that gained a live version.
+    pub(crate) live_ids: u64,
+    /// The group's fsync failed: it will never be published (the store is poisoned).
+    pub(crate) failed: bool,
+}
+
+impl Unpublished {
+    /// Whether the index holds nothing beyond its sequence number.
+    pub(crate) fn is_none(&self) -> bool {
+        *self == Unpublished::default()
+    }
 }
 
 /// Where a stepwise purge of the ordered sets has got to ([`Index::purge_sets_step`]): the set (the
@@ -873,6 +898,21 @@ impl Index {
     /// they are, these are the names in id order, back to back.
     pub(crate) fn name_chunks(&self) -> impl Iterator<Item = &str> + '_ {
         self.names.chunks()
+    }
+
+    /// Whether every frame of sealed segment `number` is published. The writer seals a segment in
+    /// the middle of a group when the group does not fit in it; until the group is published, the
+    /// index does not know (or, for a bulk group being synced, does not yet publish) the versions
+    /// in that segment's last frames, so a rewrite would move records the index cannot follow.
+    pub(crate) fn segment_published(&self, number: u32) -> bool {
+        // The segment's frames come before the next one's first frame.
+        let Some(after) = number.checked_add(1) else {
+            return false;
+        };
+        self.segments
+            .range(after..)
+            .next()
+            .is_some_and(|(_, next)| next.base_seq <= self.seq.saturating_add(1))
     }
 
     pub(crate) fn id_name(&self, id: u32) -> &str {
@@ -1341,6 +1381,25 @@ pub(crate) mod tests {
         len: 10,
         crc: 0,
     };
+
+    #[test]
+    fn a_sealed_segment_counts_as_published_once_the_frames_before_the_next_one_are() {
+        let disk = crate::storage::SimDisk::new();
+        let dir = std::path::Path::new("/sim/index");
+        crate::storage::Storage::create_dir_all(&disk, dir).expect("dir");
+        let mut index = Index::default();
+        // Segment 1 holds frames 1..=4; segment 2 starts at frame 5 and is the active one.
+        for (number, base_seq) in [(1, 1), (2, 5)] {
+            let made = crate::log::writer::create_segment(&disk, dir, number, base_seq).expect("segment");
+            index.segments.insert(number, Arc::clone(&made.segment));
+        }
+        index.seq = 3;
+        assert!(!index.segment_published(1), "frame 4 is written but not published");
+        index.seq = 4;
+        assert!(index.segment_published(1));
+        assert!(!index.segment_published(2), "the active segment has no next one");
+        assert!(!index.segment_published(7), "no such segment");
+    }
 
     fn visible_tag(index: &Index, name: &str, seq: u64) -> Option<u32> {
         index.visible(name, seq).map(|v| v.version.version_tag)

@@ -329,9 +329,16 @@ impl Shared {
     /// and its fsync.
     pub(crate) fn submit_then(&self, ops: Vec<Op>, meanwhile: impl FnOnce()) -> Result<Answer> {
         let (reply, answer) = crossbeam_channel::bounded(1);
+        // A large batch takes milliseconds to write and sync: its writer sleeps until the answer
+        // rather than poll, leaving the cores to the writer thread and the fsync.
+        let quick = ops.len() <= QUICK_ADD_ITEMS;
         self.send(Command::Write { ops, reply })?;
         meanwhile();
-        wait_for(&answer)
+        if quick {
+            wait_for(&answer)
+        } else {
+            answer.recv().map_err(|_| Error::Closed)?
+        }
     }
 
     pub(crate) fn send(&self, command: Command) -> Result<()> {
@@ -836,9 +843,12 @@ impl Store {
         let shared = &self.inner.shared;
         let (items, versions, segments, index_bytes, seq) = {
             let index = shared.read_index();
+            // A bulk group applied ahead of its fsync is not counted until it is published.
             (
-                index.live_ids,
-                index.slots.len() as u64 - index.forgotten,
+                index.live_ids.saturating_sub(index.unpublished.live_ids),
+                (index.slots.len() as u64)
+                    .saturating_sub(index.forgotten)
+                    .saturating_sub(index.unpublished.versions),
                 index.segments.len() as u64,
                 index.estimated_bytes(),
                 index.seq,

@@ -331,3 +331,94 @@ fn writers_and_readers_see_whole_batches() {
         started.elapsed()
     );
 }
+
+/// Bulk batches (300 puts each, enough to be applied to the index while their fsync runs) from one
+/// writer, while two readers keep reading: every count, query and resolve answers as of whole
+/// published batches. The statistics count exactly the batches up to their sequence number, a
+/// snapshot sees exactly its batches, and a re-put id resolves to the version of the snapshot's last
+/// batch, never to one of a batch still being synced.
+#[test]
+fn bulk_batches_are_seen_whole_and_only_once_published() {
+    const BULK_BATCHES: u64 = 40;
+    const NEW_IDS: u64 = 250;
+    const SHARED_IDS: u64 = 50;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = open_store(dir.path()).expect("open");
+    let expected_items = |seq: u64| if seq == 0 { 0 } else { NEW_IDS * seq + SHARED_IDS };
+    let done = AtomicBool::new(false);
+    let reads = std::thread::scope(|scope| {
+        let readers: Vec<_> = (0..READERS)
+            .map(|reader| {
+                let (store, done) = (store.clone(), &done);
+                scope.spawn(move || {
+                    let mut reads = 0u64;
+                    loop {
+                        let finished = done.load(Ordering::Acquire);
+                        let stats = store.stats();
+                        assert_eq!(
+                            (stats.items, stats.versions),
+                            (expected_items(stats.seq), (NEW_IDS + SHARED_IDS) * stats.seq),
+                            "reader {reader}: the counts at seq {}",
+                            stats.seq
+                        );
+                        let snapshot = store.snapshot();
+                        let seq = snapshot.seq();
+                        let items = snapshot.get(&ContextQuery::new()).expect("get");
+                        assert_eq!(
+                            items.len() as u64,
+                            expected_items(seq),
+                            "reader {reader}: items at seq {seq}"
+                        );
+                        let window = ContextQuery::new()
+                            .types(["document_chunk"])
+                            .time_range(TimeRange::new(CLOCK_START, CLOCK_START + 1_000_000).expect("range"));
+                        let windowed = snapshot.get(&window).expect("get window");
+                        assert_eq!(windowed.len(), items.len(), "reader {reader}: window at seq {seq}");
+                        match snapshot.resolve(["shared-7"]).expect("resolve").pop() {
+                            Some(Resolution::Found(item)) => {
+                                assert_eq!(
+                                    item.version,
+                                    format!("v{seq}"),
+                                    "reader {reader}: shared-7 at seq {seq}"
+                                );
+                            }
+                            Some(Resolution::NotFound { .. }) => assert_eq!(seq, 0, "reader {reader}"),
+                            other => panic!("reader {reader}: shared-7 at seq {seq}: {other:?}"),
+                        }
+                        reads += 1;
+                        if finished {
+                            return reads;
+                        }
+                    }
+                })
+            })
+            .collect();
+        for batch in 1..=BULK_BATCHES {
+            let item = |id: String, version: String, n: u64| {
+                ContextItem::new(
+                    id,
+                    "document_chunk",
+                    json!({"batch": batch, "n": n}),
+                    "bulk-test",
+                    CLOCK_START + i64::try_from(batch * 1000 + n).expect("small"),
+                    version,
+                    Scope::GlobalWritable,
+                )
+            };
+            let items: Vec<ContextItem> = (0..NEW_IDS)
+                .map(|n| item(format!("bulk-{batch}-{n}"), "1".into(), n))
+                .chain((0..SHARED_IDS).map(|n| item(format!("shared-{n}"), format!("v{batch}"), NEW_IDS + n)))
+                .collect();
+            let outcomes = store.add(items).expect("bulk add");
+            assert_eq!(outcomes.len() as u64, NEW_IDS + SHARED_IDS);
+            assert_eq!(store.stats().seq, batch, "one sequence number per batch");
+        }
+        done.store(true, Ordering::Release);
+        readers
+            .into_iter()
+            .map(|r| r.join().expect("a reader panicked"))
+            .collect::<Vec<u64>>()
+    });
+    assert!(reads.iter().all(|r| *r > 0), "every reader read: {reads:?}");
+    assert_eq!(store.stats().items, expected_items(BULK_BATCHES));
+}

@@ -101,6 +101,103 @@ fn a_failed_write_or_sync_poisons_the_store_and_loses_nothing_acknowledged() {
     }
 }
 
+/// A batch of many puts is applied to the index while its fsync runs, and published only once the
+/// fsync succeeded. When that fsync fails, the store is poisoned and nothing of the batch is ever
+/// seen: no id, no version that it supersedes ended, no count, no change to the digest, no
+/// checkpoint. After a reopen the batch is whole or absent (its bytes were written; only their
+/// fsync failed).
+#[test]
+fn a_bulk_batch_whose_fsync_fails_is_never_seen() {
+    let open = |disk: &SimDisk| {
+        Options::new()
+            .storage(Arc::new(disk.clone()))
+            .clock(Arc::new(ManualClock::new(common::NOW)))
+            .auto_compact(false)
+            .open(DIR)
+    };
+    let first = common::item("doc-1", common::NOW, "1", json!({"n": 1}));
+    let mut bulk: Vec<ContextItem> = (0..600)
+        .map(|n| common::item(&format!("bulk-{n:04}"), common::NOW + n, "1", json!({"n": n})))
+        .collect();
+    bulk.push(common::item("doc-1", common::NOW, "2", json!({"n": 2})));
+
+    // A dry run finds the bulk add's fsync among the storage calls (the calls are deterministic).
+    let dry = SimDisk::new();
+    dry.record_calls(true);
+    let store = open(&dry).expect("open");
+    store.add([first.clone()]).expect("add");
+    let _ = store.stats();
+    store.snapshot().digest().expect("digest");
+    let from = dry.calls();
+    store.add(bulk.clone()).expect("bulk add");
+    let sync_at = first_call(&dry, from, CallKind::SyncData);
+    drop(store);
+
+    for fault in [Fault::Io, Fault::NoSpace] {
+        let disk = SimDisk::new();
+        let store = open(&disk).expect("open");
+        store.add([first.clone()]).expect("add");
+        let stats = store.stats();
+        let digest = store.snapshot().digest().expect("digest");
+        assert_eq!(disk.calls(), from, "the runs make the same calls");
+        disk.fail(sync_at, sync_at, fault);
+        let failed = store.add(bulk.clone()).map(|outcomes| outcomes.len());
+        assert!(
+            matches!(failed, Err(Error::Io { .. } | Error::Poisoned { .. })),
+            "{fault:?}: {failed:?}"
+        );
+
+        let resolved = store.resolve(["bulk-0000", "bulk-0599", "doc-1"]).expect("resolve");
+        assert!(
+            matches!(resolved.first(), Some(Resolution::NotFound { .. })),
+            "{fault:?}: {resolved:?}"
+        );
+        assert!(
+            matches!(resolved.get(1), Some(Resolution::NotFound { .. })),
+            "{fault:?}: {resolved:?}"
+        );
+        assert_eq!(
+            resolved.get(2),
+            Some(&Resolution::Found(common::stored_form(&first))),
+            "{fault:?}: the version the batch would have superseded is still the latest"
+        );
+        assert_eq!(
+            store.get(&ContextQuery::new()).expect("get"),
+            vec![common::stored_form(&first)],
+            "{fault:?}"
+        );
+        let after = store.stats();
+        assert_eq!(
+            (after.items, after.versions, after.seq),
+            (stats.items, stats.versions, stats.seq),
+            "{fault:?}: the counts leave the batch out"
+        );
+        assert_eq!(store.snapshot().digest().expect("digest"), digest, "{fault:?}");
+        drop(store);
+        assert!(
+            !disk
+                .file_names(Path::new(DIR))
+                .iter()
+                .any(|name| name.starts_with("checkpoint-")),
+            "{fault:?}: a poisoned store wrote a checkpoint: {:?}",
+            disk.file_names(Path::new(DIR))
+        );
+
+        let store = open(&disk).expect("reopen once the faults stop");
+        let items = store.get(&ContextQuery::new()).expect("get");
+        let bulk_seen = items.iter().filter(|item| item.id.starts_with("bulk-")).count();
+        let doc = items
+            .iter()
+            .find(|item| item.id == "doc-1")
+            .map(|item| item.version.as_str());
+        assert!(
+            (bulk_seen == 0 && doc == Some("1")) || (bulk_seen == 600 && doc == Some("2")),
+            "{fault:?}: after a reopen, {bulk_seen} of the batch's 600 new ids and doc-1 at {doc:?}"
+        );
+        assert!(store.verify().expect("verify").is_ok(), "{fault:?}");
+    }
+}
+
 /// The index of the first call of `kind` made from call `from` on.
 fn first_call(disk: &SimDisk, from: u64, kind: CallKind) -> u64 {
     disk.call_log()

@@ -123,6 +123,8 @@ pub(crate) struct Segment {
     published_len: AtomicU64,
     /// How many times compaction rewrote the file (from its header).
     pub(crate) rewrites: u32,
+    /// The sequence number of the segment's first frame when it was created (from its header).
+    pub(crate) base_seq: u64,
 }
 
 impl Segment {
@@ -154,6 +156,7 @@ impl Segment {
             window: std::sync::RwLock::new(None),
             published_len: AtomicU64::new(published_len),
             rewrites: header.rewrites,
+            base_seq: header.base_seq,
         })
     }
 
