@@ -1,7 +1,7 @@
 //! Internal hot paths, one at a time, for `benches/hot_paths.rs`: a batch frame's encoding and
 //! decoding, and the index insert a batch's publication makes, each without the rest of an `add`
-//! around it. Not part of the API (hidden from the docs); the public paths are benchmarked through
-//! `Store`.
+//! around it; and a checkpoint on demand, for `examples/checkpoint_stalls.rs`. Not part of the API
+//! (hidden from the docs); the public paths are benchmarked through `Store`.
 
 use crate::error::{Error, Result};
 use crate::index::{Index, Location};
@@ -9,6 +9,17 @@ use crate::item::{validate_item, ContextItem, TypeRegistry};
 use crate::limits::CONTENT_BYTES_DEFAULT;
 use crate::log::record::{decode_batch, read_frame, BatchEncoder, PutView, RecordView};
 use crate::recovery::location_of;
+use crate::store::Store;
+
+/// Writes a checkpoint of `store` now, as its maintenance thread does once enough log has been
+/// written: the index encoded under its read lock, the log synced, the file written and synced,
+/// renamed. Returns the checkpoint's sequence number.
+///
+/// # Errors
+/// As the maintenance thread's checkpoint: `Io`, or `Poisoned`.
+pub fn checkpoint(store: &Store) -> Result<u64> {
+    store.checkpoint_now()
+}
 
 /// Put records of items, encoded as the adding threads encode them: validated, hashed, content
 /// canonical and compressed when that pays.

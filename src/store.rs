@@ -642,6 +642,18 @@ impl Store {
             .collect())
     }
 
+    /// Writes a checkpoint now, as the maintenance thread does (for `ctxlog::bench`).
+    pub(crate) fn checkpoint_now(&self) -> Result<u64> {
+        let shared = &self.inner.shared;
+        let _one_at_a_time = shared
+            .compaction
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let seq = checkpoint::write(shared, true)?;
+        shared.note_checkpoint();
+        Ok(seq)
+    }
+
     /// Tombstones `id`: its versions disappear from every later read, and a later add of the id
     /// starts a fresh history. Returns true if any version of it was added since its last delete.
     ///
