@@ -45,6 +45,9 @@ const PERIOD: Duration = Duration::from_millis(1);
 enum Op {
     /// One batch: (id number, content size) per item; ids are made distinct within the batch.
     Add(Vec<(u8, u16)>),
+    /// A bulk batch of 256 + n % 64 new ids, which also puts every `doc-` id again: a group the
+    /// writer applies to the index while its fsync runs.
+    Bulk(u8),
     Delete(u8),
     Compact,
     Pin(u8),
@@ -56,6 +59,7 @@ enum Op {
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         8 => prop::collection::vec((0u8..12, 0u16..700), 1..4).prop_map(Op::Add),
+        1 => any::<u8>().prop_map(Op::Bulk),
         2 => (0u8..12).prop_map(Op::Delete),
         1 => Just(Op::Compact),
         1 => (0u8..3).prop_map(Op::Pin),
@@ -193,6 +197,21 @@ fn run(disk: &SimDisk, ops: &[Op], durability: Durability) -> std::result::Resul
                 }
                 store.add(batch).map(drop)
             }
+            Op::Bulk(n) => {
+                let fresh = (0..256 + u64::from(*n % 64)).map(|i| (format!("bulk-{position}-{i}"), 8));
+                let again = (0..12).map(|id| (format!("doc-{id}"), 40));
+                let batch: Vec<ContextItem> = fresh
+                    .chain(again)
+                    .map(|(id, size)| {
+                        let content = json!({ "op": position, "text": "y".repeat(size) });
+                        common::item(&id, common::NOW, &format!("v{position}"), content)
+                    })
+                    .collect();
+                for item in &batch {
+                    next.items.insert(item.id.clone(), common::stored_form(item));
+                }
+                store.add(batch).map(drop)
+            }
             Op::Delete(id) => {
                 next.items.remove(&format!("doc-{id}"));
                 store.delete(&format!("doc-{id}")).map(drop)
@@ -232,6 +251,7 @@ fn run(disk: &SimDisk, ops: &[Op], durability: Durability) -> std::result::Resul
         };
         note(match op {
             Op::Add(_) => "add",
+            Op::Bulk(_) => "bulk add",
             Op::Delete(_) => "delete",
             Op::Compact => "compact",
             Op::Pin(_) => "pin",
@@ -359,6 +379,7 @@ fn check_cut_after(case: &Case, syncs: Syncs, cut_after: u64, total: u64) -> std
         count(match outcome.cut_in {
             "open" => "cut in: open",
             "add" => "cut in: add",
+            "bulk add" => "cut in: bulk add",
             "delete" => "cut in: delete",
             "compact" => "cut in: compact",
             "pin" => "cut in: pin",
