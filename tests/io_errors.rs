@@ -48,10 +48,14 @@ const BATCHES: usize = 200;
 const IDS: usize = 24;
 
 fn open(disk: &SimDisk) -> Result<Store> {
+    open_with_segments_of(disk, 8192)
+}
+
+fn open_with_segments_of(disk: &SimDisk, segment_size: u64) -> Result<Store> {
     Options::new()
         .storage(Arc::new(disk.clone()))
         .clock(Arc::new(ManualClock::new(common::NOW)))
-        .segment_size(8192)
+        .segment_size(segment_size)
         .auto_compact(false)
         .open(DIR)
 }
@@ -108,13 +112,8 @@ fn a_failed_write_or_sync_poisons_the_store_and_loses_nothing_acknowledged() {
 /// fsync failed).
 #[test]
 fn a_bulk_batch_whose_fsync_fails_is_never_seen() {
-    let open = |disk: &SimDisk| {
-        Options::new()
-            .storage(Arc::new(disk.clone()))
-            .clock(Arc::new(ManualClock::new(common::NOW)))
-            .auto_compact(false)
-            .open(DIR)
-    };
+    // Segments large enough for the whole batch: its frame goes into the active segment.
+    let open = |disk: &SimDisk| open_with_segments_of(disk, 64 << 20);
     let first = common::item("doc-1", common::NOW, "1", json!({"n": 1}));
     let mut bulk: Vec<ContextItem> = (0..600)
         .map(|n| common::item(&format!("bulk-{n:04}"), common::NOW + n, "1", json!({"n": n})))
