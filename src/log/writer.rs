@@ -319,69 +319,51 @@ impl Writer {
     }
 
     fn sync(&mut self) -> Result<()> {
+        self.sync_while(None::<fn()>).map(drop)
+    }
+
+    /// Makes what was written durable: the buffer written out, then one fsync of the active
+    /// segment, during which `alongside` (if any) runs on a helper thread. Returns whether it ran:
+    /// not when there was nothing to sync, nor when the helper could not be started.
+    fn sync_while(&mut self, alongside: Option<impl FnOnce() + Send>) -> Result<bool> {
         if let Some(reason) = &self.poisoned {
             return Err(Error::Poisoned { reason: reason.clone() });
         }
         let result = self.write_buffer().and_then(|()| {
-            if self.dirty {
-                let synced = self.active.file.sync_data();
-                self.note_synced(synced)?;
+            if !self.dirty {
+                return Ok(false);
             }
-            Ok(())
+            let file = &mut self.active.file;
+            let (synced, ran) = match alongside {
+                None => (file.sync_data(), false),
+                // The helper works while this thread waits in the fsync: a thread just started
+                // tends to run on the core of the thread that started it, only once that one blocks.
+                Some(work) => std::thread::scope(|scope| {
+                    match std::thread::Builder::new()
+                        .name("ctxlog-apply".into())
+                        .spawn_scoped(scope, work)
+                    {
+                        Ok(helper) => {
+                            let synced = file.sync_data();
+                            if let Err(panic) = helper.join() {
+                                std::panic::resume_unwind(panic);
+                            }
+                            (synced, true)
+                        }
+                        Err(_) => (file.sync_data(), false),
+                    }
+                }),
+            };
+            synced.map_err(|e| Error::io(format!("syncing segment {}", self.active.number), e))?;
+            self.dirty = false;
+            self.synced_len = self.active.len;
+            Ok(ran)
         });
         self.last_sync = Instant::now();
         if let Err(e) = &result {
             self.poisoned = Some(e.to_string());
         }
         result
-    }
-
-    /// Records the outcome of an fsync of the active segment.
-    fn note_synced(&mut self, synced: std::io::Result<()>) -> Result<()> {
-        synced.map_err(|e| Error::io(format!("syncing segment {}", self.active.number), e))?;
-        self.dirty = false;
-        self.synced_len = self.active.len;
-        Ok(())
-    }
-
-    /// Syncs the written group as [`Writer::sync`] does, applying its batches to the index (as
-    /// unpublished) while the fsync runs on a helper thread. Returns whether they were applied: not
-    /// when the helper could not be started, in which case the group is synced on this thread.
-    fn sync_applying(&mut self, staged: &[Staged]) -> Result<bool> {
-        if let Some(reason) = &self.poisoned {
-            return Err(Error::Poisoned { reason: reason.clone() });
-        }
-        if let Err(e) = self.write_buffer() {
-            self.poisoned = Some(e.to_string());
-            return Err(e);
-        }
-        let shared = &self.shared;
-        let file = &mut self.active.file;
-        // The helper applies while this thread waits in the fsync: a thread just started tends to
-        // run on the core of the thread that started it, only once that one blocks.
-        let synced = std::thread::scope(|scope| {
-            let applying = std::thread::Builder::new()
-                .name("ctxlog-apply".into())
-                .spawn_scoped(scope, move || apply_unpublished(shared, staged))
-                .ok()?;
-            let synced = file.sync_data();
-            if let Err(panic) = applying.join() {
-                std::panic::resume_unwind(panic);
-            }
-            Some(synced)
-        });
-        let Some(synced) = synced else {
-            return self.sync().map(|()| false);
-        };
-        let result = self.note_synced(synced);
-        self.last_sync = Instant::now();
-        if let Err(e) = &result {
-            self.poisoned = Some(e.to_string());
-            // The group stays in the index above its sequence number, never published: no view
-            // sees it, and no checkpoint is taken of it.
-            self.shared.write_index().unpublished.failed = true;
-        }
-        result.map(|()| true)
     }
 
     fn write_buffer(&mut self) -> Result<()> {
@@ -496,12 +478,21 @@ impl Writer {
             if !must_sync {
                 self.write_buffer()
             } else if apply_during_sync(&staged) {
-                self.sync_applying(&staged).map(|done| applied = done)
+                let (shared, staged) = (Arc::clone(&self.shared), &staged);
+                self.sync_while(Some(move || apply_unpublished(&shared, staged)))
+                    .map(|ran| applied = ran)
             } else {
                 self.sync()
             }
         });
         if let Err(e) = synced {
+            // A group applied to the index during its failed fsync stays there, never published:
+            // no view sees it, and no checkpoint is taken of it.
+            let mut index = self.shared.write_index();
+            if !index.unpublished.is_none() {
+                index.unpublished.failed = true;
+            }
+            drop(index);
             // A writer already poisoned keeps the failure that poisoned it: its `Poisoned` refusal
             // must not be wrapped into a longer reason at every refused command.
             let reason = self.poisoned.get_or_insert_with(|| e.to_string()).clone();
@@ -615,11 +606,7 @@ impl Writer {
 
     /// Makes the written batches visible, in sequence order.
     fn publish(&self, staged: &[Staged]) {
-        let grown = self.shared.read_index().grown_lookup(written_puts(staged));
-        let mut index = self.shared.write_index();
-        if let Some(lookup) = grown {
-            index.install_lookup(lookup);
-        }
+        let mut index = write_index_for(&self.shared, staged);
         let registry = apply(&mut index, &self.shared, staged);
         if let Some(seq) = last_seq(staged) {
             index.seq = seq;
@@ -641,6 +628,17 @@ impl Writer {
         index.unpublished = Unpublished::default();
         self.active.segment.set_published_len(self.active.len);
     }
+}
+
+/// The index's write lock, with room made first in its id lookup for every put the group writes
+/// (built under the read lock, so that readers do not wait for it).
+fn write_index_for<'a>(shared: &'a Shared, staged: &[Staged]) -> std::sync::RwLockWriteGuard<'a, crate::index::Index> {
+    let grown = shared.read_index().grown_lookup(written_puts(staged));
+    let mut index = shared.write_index();
+    if let Some(lookup) = grown {
+        index.install_lookup(lookup);
+    }
+    index
 }
 
 /// Puts written by the group's batches.
@@ -674,11 +672,7 @@ fn apply_during_sync(staged: &[Staged]) -> bool {
 /// Applies the written batches of a group of puts to the index without publishing them: their
 /// versions are above the index's sequence number until [`Writer::publish_applied`].
 fn apply_unpublished(shared: &Shared, staged: &[Staged]) {
-    let grown = shared.read_index().grown_lookup(written_puts(staged));
-    let mut index = shared.write_index();
-    if let Some(lookup) = grown {
-        index.install_lookup(lookup);
-    }
+    let mut index = write_index_for(shared, staged);
     let (versions, live_ids) = (index.slots.len() as u64, index.live_ids);
     // A group of puts changes no registry.
     let _ = apply(&mut index, shared, staged);
