@@ -32,6 +32,13 @@ pub const SEGMENT_BYTES_MIN: u64 = 4 << 10;
 /// The largest `Options::segment_size` accepted (2 GiB), so that an offset in a segment fits in a u32.
 pub const SEGMENT_BYTES_MAX: u64 = 2 << 30;
 
+/// Default bytes of log after which the background thread writes a new checkpoint (64 MiB).
+pub const CHECKPOINT_EVERY_BYTES_DEFAULT: u64 = 64 << 20;
+/// The smallest `Options::checkpoint_every` accepted (64 KiB).
+pub const CHECKPOINT_EVERY_BYTES_MIN: u64 = 64 << 10;
+/// The largest `Options::checkpoint_every` accepted (1 TiB).
+pub const CHECKPOINT_EVERY_BYTES_MAX: u64 = 1 << 40;
+
 const _: () = assert!(CONTENT_BYTES_DEFAULT <= CONTENT_BYTES_MAX);
 const _: () = assert!(CONTENT_BYTES_MAX < FRAME_PAYLOAD_BYTES_MAX);
 const _: () = assert!(SEGMENT_BYTES_MIN <= SEGMENT_BYTES_DEFAULT && SEGMENT_BYTES_DEFAULT <= SEGMENT_BYTES_MAX);
@@ -39,3 +46,7 @@ const _: () = assert!(SEGMENT_BYTES_MIN <= SEGMENT_BYTES_DEFAULT && SEGMENT_BYTE
 // in a segment must still fit in a u32.
 const _: () = assert!(SEGMENT_BYTES_MAX + FRAME_PAYLOAD_BYTES_MAX as u64 + 64 <= u32::MAX as u64);
 const _: () = assert!(ADD_THREADS_DEFAULT_MAX <= ADD_THREADS_MAX);
+const _: () = assert!(
+    CHECKPOINT_EVERY_BYTES_MIN <= CHECKPOINT_EVERY_BYTES_DEFAULT
+        && CHECKPOINT_EVERY_BYTES_DEFAULT <= CHECKPOINT_EVERY_BYTES_MAX
+);

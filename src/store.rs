@@ -17,7 +17,8 @@ use crate::error::{Error, Result};
 use crate::index::Index;
 use crate::item::{content_hash, validate_item, validate_name, ContextItem, Scope, TypeRegistry, TypeSpec, ValidItem};
 use crate::limits::{
-    ADD_THREADS_DEFAULT_MAX, ADD_THREADS_MAX, BATCH_ITEMS_MAX, CONTENT_BYTES_DEFAULT, CONTENT_BYTES_MAX,
+    ADD_THREADS_DEFAULT_MAX, ADD_THREADS_MAX, BATCH_ITEMS_MAX, CHECKPOINT_EVERY_BYTES_DEFAULT,
+    CHECKPOINT_EVERY_BYTES_MAX, CHECKPOINT_EVERY_BYTES_MIN, CONTENT_BYTES_DEFAULT, CONTENT_BYTES_MAX,
     PARALLEL_ADD_ITEMS_MIN, SEGMENT_BYTES_DEFAULT, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN,
 };
 use crate::log::record::{decode_batch, RecordView};
@@ -52,6 +53,7 @@ pub struct Options {
     auto_compact: bool,
     storage: Arc<dyn Storage>,
     add_threads: usize,
+    checkpoint_every: u64,
 }
 
 impl std::fmt::Debug for Options {
@@ -64,6 +66,7 @@ impl std::fmt::Debug for Options {
             .field("auto_compact", &self.auto_compact)
             .field("storage", &self.storage)
             .field("add_threads", &self.add_threads)
+            .field("checkpoint_every", &self.checkpoint_every)
             .finish()
     }
 }
@@ -78,6 +81,7 @@ impl Default for Options {
             auto_compact: true,
             storage: Arc::new(FileStorage),
             add_threads: std::thread::available_parallelism().map_or(1, |n| n.get().min(ADD_THREADS_DEFAULT_MAX)),
+            checkpoint_every: CHECKPOINT_EVERY_BYTES_DEFAULT,
         }
     }
 }
@@ -144,6 +148,17 @@ impl Options {
     #[must_use]
     pub fn add_threads(mut self, threads: usize) -> Self {
         self.add_threads = threads;
+        self
+    }
+
+    /// Bytes of log appended after which the background thread writes a new checkpoint of the
+    /// index, so that an open after a crash replays at most about this much log. It also waits until
+    /// the log has grown by twice the last checkpoint's size, and, while adds and deletes keep
+    /// coming, for a lull in them (see [`Store`], "Checkpoints"). Default: 64 MiB; accepted:
+    /// 64 KiB to 1 TiB.
+    #[must_use]
+    pub fn checkpoint_every(mut self, bytes: u64) -> Self {
+        self.checkpoint_every = bytes;
         self
     }
 
@@ -447,6 +462,15 @@ impl Drop for StoreInner {
 }
 
 /// An open store: a cheap, cloneable handle that many threads may use at once.
+///
+/// # Checkpoints
+/// A background thread writes a checkpoint of the index once [`Options::checkpoint_every`] bytes of
+/// log (64 MiB by default) were appended since the last one, so that an open after a crash loads it
+/// and replays only the log after it. Writing one takes the index's read lock while it is encoded and
+/// tens of milliseconds of CPU and disk for a store of hundreds of thousands of items, which
+/// concurrent durable adds feel as latency. So, while adds or deletes keep coming, the thread waits
+/// for a lull: no commit for 50 ms and no `add` or `delete` in progress. It waits at most 10 s, or
+/// until the log has grown by twice `checkpoint_every`, and then writes the checkpoint anyway.
 #[derive(Clone)]
 pub struct Store {
     inner: Arc<StoreInner>,
@@ -483,6 +507,15 @@ impl Store {
             return Err(Error::invalid(
                 "max_content_bytes",
                 format!("{} is outside 1..={CONTENT_BYTES_MAX}", options.max_content_bytes),
+            ));
+        }
+        if !(CHECKPOINT_EVERY_BYTES_MIN..=CHECKPOINT_EVERY_BYTES_MAX).contains(&options.checkpoint_every) {
+            return Err(Error::invalid(
+                "checkpoint_every",
+                format!(
+                    "{} bytes is outside {CHECKPOINT_EVERY_BYTES_MIN}..={CHECKPOINT_EVERY_BYTES_MAX}",
+                    options.checkpoint_every
+                ),
             ));
         }
         if !(1..=ADD_THREADS_MAX).contains(&options.add_threads) {
@@ -549,7 +582,11 @@ impl Store {
             .commands
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(sender);
-        let maintenance = Some(start_maintenance(Arc::clone(&shared), options.auto_compact)?);
+        let maintenance = Some(start_maintenance(
+            Arc::clone(&shared),
+            options.auto_compact,
+            options.checkpoint_every,
+        )?);
         Ok(Store {
             inner: Arc::new(StoreInner {
                 shared,
@@ -1046,11 +1083,17 @@ const MAINTENANCE_INTERVAL: Duration = Duration::from_secs(1);
 const MAINTENANCE_CLOCK_STEP_SECONDS: i64 = 60;
 /// The reclaimable share of a sealed segment at which the background compactor rewrites it.
 const AUTO_COMPACT_MIN_SHARE: f64 = 0.5;
-/// Bytes of log appended after which the maintenance thread writes a new checkpoint, at the least.
-const CHECKPOINT_EVERY_BYTES: u64 = 64 << 20;
-/// ... and at least this many times the last checkpoint's size, so that rewriting checkpoints never
-/// costs more than half as many bytes as the log itself.
+/// A new checkpoint also waits for this many times the last checkpoint's size of log, so that
+/// rewriting checkpoints never costs more than half as many bytes as the log itself.
 const CHECKPOINT_EVERY_SIZES: u64 = 2;
+/// A due checkpoint waits for a lull in writes this long: no commit in it, and no `add` or `delete`
+/// in progress at its end (see [`Store`], "Checkpoints").
+const CHECKPOINT_LULL: Duration = Duration::from_millis(50);
+/// ... for this long at the most ...
+const CHECKPOINT_DEFER_MAX: Duration = Duration::from_secs(10);
+/// ... and only while the log since the last checkpoint is under this many times the amount that
+/// makes one due, so that a crash under a steady load replays at most about twice as much log.
+const CHECKPOINT_DEFER_GROWTH: u64 = 2;
 
 /// Compacts (and then checkpoints) while holding the compaction lock.
 fn compact_and_checkpoint(shared: &Shared, min_share: f64) -> Result<CompactionReport> {
@@ -1062,41 +1105,114 @@ fn compact_and_checkpoint(shared: &Shared, min_share: f64) -> Result<CompactionR
     Ok(report)
 }
 
+/// What [`wait_for_lull`] saw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lull {
+    /// A lull: write the checkpoint now.
+    Quiet,
+    /// No lull, but the checkpoint has waited long enough, or the log has grown too far: write it.
+    Overdue,
+    /// No lull before the next round of the maintenance thread.
+    NotYet,
+    /// The store is closing.
+    Stopped,
+}
+
+/// Waits, until the next maintenance round at the latest, for a lull in writes (see
+/// [`CHECKPOINT_LULL`]), or until `deadline` or the log since the last checkpoint reaching
+/// `growth_max` bytes makes the checkpoint overdue.
+fn wait_for_lull(
+    shared: &Shared,
+    stopped: &crossbeam_channel::Receiver<()>,
+    deadline: Instant,
+    growth_max: u64,
+) -> Lull {
+    let round_ends = Instant::now() + MAINTENANCE_INTERVAL;
+    loop {
+        let overdue = Instant::now() >= deadline
+            || shared.log_bytes().saturating_sub(shared.checkpointed_log_bytes()) >= growth_max;
+        if overdue {
+            return Lull::Overdue;
+        }
+        let seq_before = shared.read_index().seq;
+        if !matches!(
+            stopped.recv_timeout(CHECKPOINT_LULL),
+            Err(crossbeam_channel::RecvTimeoutError::Timeout)
+        ) {
+            return Lull::Stopped;
+        }
+        if shared.read_index().seq == seq_before && shared.writers.load(Ordering::Acquire) == 0 {
+            return Lull::Quiet;
+        }
+        if Instant::now() >= round_ends {
+            return Lull::NotYet;
+        }
+    }
+}
+
 /// Starts the maintenance thread (background compaction when `auto_compact`, and a checkpoint every
-/// [`CHECKPOINT_EVERY_BYTES`] of log, or [`CHECKPOINT_EVERY_SIZES`] times the last checkpoint's size); it stops when the returned sender is dropped.
-fn start_maintenance(shared: Arc<Shared>, auto_compact: bool) -> Result<(Sender<()>, JoinHandle<()>)> {
+/// `checkpoint_every` bytes of log, or [`CHECKPOINT_EVERY_SIZES`] times the last checkpoint's size,
+/// in a lull in writes); it stops when the returned sender is dropped.
+fn start_maintenance(
+    shared: Arc<Shared>,
+    auto_compact: bool,
+    checkpoint_every: u64,
+) -> Result<(Sender<()>, JoinHandle<()>)> {
     let (stop, stopped) = crossbeam_channel::bounded::<()>(0);
     let handle = std::thread::Builder::new()
         .name("ctxlog-maintenance".into())
         .spawn(move || {
             let mut last_seen: Option<(u64, i64)> = None;
+            // Since when a checkpoint has been due and waiting for a lull.
+            let mut due_since: Option<Instant> = None;
             while let Err(crossbeam_channel::RecvTimeoutError::Timeout) = stopped.recv_timeout(MAINTENANCE_INTERVAL) {
                 // Nothing to gain while the log has not moved and the clock has not moved much: a
-                // plan walks the whole index.
+                // plan walks the whole index. A checkpoint still waiting is written.
                 let (seq, now) = (shared.read_index().seq, shared.clock.now());
                 let idle = last_seen.is_some_and(|(last_seq, last_now)| {
                     last_seq == seq && now.saturating_sub(last_now) < MAINTENANCE_CLOCK_STEP_SECONDS
                 });
-                if idle {
+                if idle && due_since.is_none() {
                     continue;
                 }
                 last_seen = Some((seq, now));
-                let _one_at_a_time = shared
-                    .compaction
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                if auto_compact {
+                if auto_compact && !idle {
+                    let _one_at_a_time = shared
+                        .compaction
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
                     if let Err(e) = compact_and_checkpoint(&shared, AUTO_COMPACT_MIN_SHARE) {
                         tracing::warn!("background compaction failed: {e}");
                     }
                 }
-                let every = CHECKPOINT_EVERY_BYTES
-                    .max(CHECKPOINT_EVERY_SIZES * shared.last_checkpoint_bytes.load(Ordering::Relaxed));
-                if shared.log_bytes().saturating_sub(shared.checkpointed_log_bytes()) >= every {
-                    match checkpoint::write(&shared, true) {
-                        Ok(_) => shared.note_checkpoint(),
-                        Err(e) => tracing::warn!("writing a checkpoint failed: {e}"),
+                let every =
+                    checkpoint_every.max(CHECKPOINT_EVERY_SIZES * shared.last_checkpoint_bytes.load(Ordering::Relaxed));
+                if shared.log_bytes().saturating_sub(shared.checkpointed_log_bytes()) < every {
+                    due_since = None;
+                    continue;
+                }
+                let since = *due_since.get_or_insert_with(Instant::now);
+                let growth_max = every.saturating_mul(CHECKPOINT_DEFER_GROWTH);
+                match wait_for_lull(&shared, &stopped, since + CHECKPOINT_DEFER_MAX, growth_max) {
+                    Lull::Stopped => break,
+                    Lull::NotYet => continue,
+                    Lull::Quiet | Lull::Overdue => {}
+                }
+                let _one_at_a_time = shared
+                    .compaction
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                // A compaction in between may have written one.
+                if shared.log_bytes().saturating_sub(shared.checkpointed_log_bytes()) < every {
+                    due_since = None;
+                    continue;
+                }
+                match checkpoint::write(&shared, true) {
+                    Ok(_) => {
+                        shared.note_checkpoint();
+                        due_since = None;
                     }
+                    Err(e) => tracing::warn!("writing a checkpoint failed: {e}"),
                 }
             }
         })

@@ -717,6 +717,30 @@ fn add_threads_out_of_range_is_invalid() {
     }
 }
 
+#[test]
+fn checkpoint_every_out_of_range_is_invalid() {
+    for bytes in [0, (64 << 10) - 1, (1 << 40) + 1, u64::MAX] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let err = Options::new()
+            .checkpoint_every(bytes)
+            .open(dir.path())
+            .expect_err("refused");
+        assert!(
+            matches!(&err, Error::Invalid { field, reason, .. } if field == "checkpoint_every" && reason.contains(&bytes.to_string())),
+            "{bytes}: {err:?}"
+        );
+        // Nothing was created but the directory.
+        assert_eq!(std::fs::read_dir(dir.path()).expect("list").count(), 0, "{bytes}");
+    }
+    for bytes in [64 << 10, 1 << 40] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        Options::new()
+            .checkpoint_every(bytes)
+            .open(dir.path())
+            .unwrap_or_else(|e| panic!("{bytes} refused: {e:?}"));
+    }
+}
+
 /// How an item of a large batch may be spoiled, each refused by validation with its own error.
 #[derive(Debug, Clone, Copy)]
 enum Spoil {
