@@ -760,7 +760,7 @@ impl Snapshot {
 
     /// Runs `query` at this view's bounds, reading each candidate with `fetch` (`None`: filtered out).
     fn run_query<T>(&self, query: &ContextQuery, fetch: &Fetch<'_, Option<T>>) -> Result<(Vec<T>, QueryStats)> {
-        let index = self.shared.read_index();
+        let index = self.shared.read_index_for_caller();
         let (seq, now) = self.at(&index);
         let bounds = ViewBounds {
             seq,
@@ -818,7 +818,7 @@ impl Snapshot {
         for (position, reference) in refs.iter().enumerate() {
             parsed.push(parse_reference(reference.as_ref()).map_err(|e| e.at(position))?);
         }
-        let index = self.shared.read_index();
+        let index = self.shared.read_index_for_caller();
         let at = self.at(&index);
         parsed
             .into_iter()

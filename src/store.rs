@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -153,8 +153,8 @@ impl Options {
 
     /// Bytes of log appended after which the background thread writes a new checkpoint of the
     /// index, so that an open after a crash replays at most about this much log. It also waits until
-    /// the log has grown by twice the last checkpoint's size, and, while adds and deletes keep
-    /// coming, for a lull in them (see [`Store`], "Checkpoints"). Default: 64 MiB; accepted:
+    /// the log has grown by twice the last checkpoint's size, and, while the store is in use, for a
+    /// lull in its use (see [`Store`], "Checkpoints"). Default: 64 MiB; accepted:
     /// 64 KiB to 1 TiB.
     #[must_use]
     pub fn checkpoint_every(mut self, bytes: u64) -> Self {
@@ -282,6 +282,9 @@ pub(crate) struct Shared {
     /// answer): the writer thread waits a moment for those not yet in its group, so that one fsync
     /// serves them.
     pub(crate) writers: AtomicUsize,
+    /// Set by every read and query, cleared by the maintenance thread while it looks for a lull
+    /// (see [`Store`], "Checkpoints").
+    read_since_look: AtomicBool,
 }
 
 /// Batches of at most this many items count as writing (see [`Shared::writers`]) while they are
@@ -320,6 +323,17 @@ impl Shared {
     /// are whole batches applied by one thread), so a poisoned lock is entered anyway.
     pub(crate) fn read_index(&self) -> RwLockReadGuard<'_, Index> {
         self.index.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// [`Shared::read_index`] for a caller's read or query: also marks the store as in use, for the
+    /// maintenance thread's lull detection. The mark is a load, and a store only in the first read
+    /// after the maintenance thread cleared it, so that readers on many cores keep the flag's cache
+    /// line shared rather than pass it around.
+    pub(crate) fn read_index_for_caller(&self) -> RwLockReadGuard<'_, Index> {
+        if !self.read_since_look.load(Ordering::Relaxed) {
+            self.read_since_look.store(true, Ordering::Relaxed);
+        }
+        self.read_index()
     }
 
     pub(crate) fn write_index(&self) -> RwLockWriteGuard<'_, Index> {
@@ -467,10 +481,12 @@ impl Drop for StoreInner {
 /// A background thread writes a checkpoint of the index once [`Options::checkpoint_every`] bytes of
 /// log (64 MiB by default) were appended since the last one, so that an open after a crash loads it
 /// and replays only the log after it. Writing one takes the index's read lock while it is encoded and
-/// tens of milliseconds of CPU and disk for a store of hundreds of thousands of items, which
-/// concurrent durable adds feel as latency. So, while adds or deletes keep coming, the thread waits
-/// for a lull: no commit for 50 ms and no `add` or `delete` in progress. It waits at most 10 s, or
-/// until the log has grown by twice `checkpoint_every`, and then writes the checkpoint anyway.
+/// tens of milliseconds of CPU and disk for a store of hundreds of thousands of items: concurrent
+/// durable adds feel it as latency (they wait for the lock to publish), and reads and queries as
+/// a share of the CPU and the caches. So, while the store is in use, the thread waits for a lull:
+/// 50 ms without a commit, a read or a query, and no `add` or `delete` in progress. It waits at
+/// most 10 s, or until the log has grown by twice `checkpoint_every`, and then writes the
+/// checkpoint anyway.
 #[derive(Clone)]
 pub struct Store {
     inner: Arc<StoreInner>,
@@ -555,6 +571,7 @@ impl Store {
             checkpointed_log_bytes: AtomicU64::new(0),
             last_checkpoint_bytes: AtomicU64::new(0),
             writers: AtomicUsize::new(0),
+            read_since_look: AtomicBool::new(false),
         });
         shared.note_checkpoint();
         let (sender, receiver) = crossbeam_channel::unbounded();
@@ -1086,8 +1103,8 @@ const AUTO_COMPACT_MIN_SHARE: f64 = 0.5;
 /// A new checkpoint also waits for this many times the last checkpoint's size of log, so that
 /// rewriting checkpoints never costs more than half as many bytes as the log itself.
 const CHECKPOINT_EVERY_SIZES: u64 = 2;
-/// A due checkpoint waits for a lull in writes this long: no commit in it, and no `add` or `delete`
-/// in progress at its end (see [`Store`], "Checkpoints").
+/// A due checkpoint waits for a lull this long: no commit, read or query in it, and no `add` or
+/// `delete` in progress at its end (see [`Store`], "Checkpoints").
 const CHECKPOINT_LULL: Duration = Duration::from_millis(50);
 /// ... for this long at the most ...
 const CHECKPOINT_DEFER_MAX: Duration = Duration::from_secs(10);
@@ -1118,7 +1135,7 @@ enum Lull {
     Stopped,
 }
 
-/// Waits, until the next maintenance round at the latest, for a lull in writes (see
+/// Waits, until the next maintenance round at the latest, for a lull in the store's use (see
 /// [`CHECKPOINT_LULL`]), or until `deadline` or the log since the last checkpoint reaching
 /// `growth_max` bytes makes the checkpoint overdue.
 fn wait_for_lull(
@@ -1135,13 +1152,17 @@ fn wait_for_lull(
             return Lull::Overdue;
         }
         let seq_before = shared.read_index().seq;
+        shared.read_since_look.store(false, Ordering::Relaxed);
         if !matches!(
             stopped.recv_timeout(CHECKPOINT_LULL),
             Err(crossbeam_channel::RecvTimeoutError::Timeout)
         ) {
             return Lull::Stopped;
         }
-        if shared.read_index().seq == seq_before && shared.writers.load(Ordering::Acquire) == 0 {
+        let quiet = shared.read_index().seq == seq_before
+            && shared.writers.load(Ordering::Acquire) == 0
+            && !shared.read_since_look.load(Ordering::Relaxed);
+        if quiet {
             return Lull::Quiet;
         }
         if Instant::now() >= round_ends {
@@ -1152,7 +1173,7 @@ fn wait_for_lull(
 
 /// Starts the maintenance thread (background compaction when `auto_compact`, and a checkpoint every
 /// `checkpoint_every` bytes of log, or [`CHECKPOINT_EVERY_SIZES`] times the last checkpoint's size,
-/// in a lull in writes); it stops when the returned sender is dropped.
+/// in a lull in the store's use); it stops when the returned sender is dropped.
 fn start_maintenance(
     shared: Arc<Shared>,
     auto_compact: bool,

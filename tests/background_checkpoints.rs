@@ -1,4 +1,4 @@
-//! The background checkpoint waits for a lull in writes, but not forever.
+//! The background checkpoint waits for a lull in the store's use, but not forever.
 //!
 //! A store opened with `checkpoint_every(1 MiB)` is given more than 1 MiB of log, so that a
 //! checkpoint is due, while a trickle of small durable adds (one every 3 ms) goes on from another
@@ -9,7 +9,8 @@
 //! 2. once the log since the last checkpoint reaches twice `checkpoint_every`, a checkpoint is
 //!    written although the trickle goes on;
 //! 3. with a checkpoint due again and the trickle going on, none is written, and once the trickle
-//!    stops, one is.
+//!    stops, one is;
+//! 4. the same with a trickle of reads and queries instead of adds.
 //!
 //! In every case the checkpoint written is whole: the store reopens from it to the same items.
 
@@ -63,15 +64,24 @@ fn add_bulk(store: &Store, tag: &str, bytes: u64) {
     }
 }
 
-/// Small durable adds, one every 3 ms, until `stop`; the instants their adds returned.
+/// Small durable adds (or reads), one every 3 ms, until `stop`; the instants they returned.
 struct Trickle {
     stop: Arc<AtomicBool>,
     returns: Arc<Mutex<Vec<Instant>>>,
     handle: Option<std::thread::JoinHandle<u64>>,
 }
 
+/// What a trickle does every 3 ms.
+#[derive(Clone, Copy)]
+enum Work {
+    /// A durable add of a small item.
+    Add,
+    /// A resolve, then a query of one item.
+    Read,
+}
+
 impl Trickle {
-    fn start(store: &Store) -> Trickle {
+    fn start(store: &Store, work: Work) -> Trickle {
         let stop = Arc::new(AtomicBool::new(false));
         let returns = Arc::new(Mutex::new(Vec::new()));
         let handle = {
@@ -79,9 +89,21 @@ impl Trickle {
             std::thread::spawn(move || {
                 let mut n = 0u64;
                 while !stop.load(Ordering::Acquire) {
-                    store
-                        .add([item(&format!("trickle-{n:06}"), NOW, "1", json!({ "n": n }))])
-                        .expect("trickle add");
+                    match work {
+                        Work::Add => {
+                            store
+                                .add([item(&format!("trickle-{n:06}"), NOW, "1", json!({ "n": n }))])
+                                .expect("trickle add");
+                        }
+                        Work::Read => {
+                            let id = format!("bulk-a-{:05}", n % 100);
+                            assert!(matches!(
+                                store.resolve([&id]).expect("resolve")[0],
+                                Resolution::Found { .. }
+                            ));
+                            assert_eq!(store.get(&ContextQuery::new().limit(1)).expect("query").len(), 1);
+                        }
+                    }
                     returns.lock().expect("returns").push(Instant::now());
                     n += 1;
                     std::thread::sleep(Duration::from_millis(3));
@@ -134,7 +156,7 @@ fn assert_deferred(dir: &Path, trickle: &Trickle, than: Option<u64>, watch: Dura
         let pause = trickle.longest_pause(from, at);
         assert!(
             pause >= NOT_A_LULL,
-            "{phase}: checkpoint {seq} written {:?} into a trickle of adds whose longest pause was {pause:?}",
+            "{phase}: checkpoint {seq} written {:?} into a trickle whose longest pause was {pause:?}",
             at.duration_since(from)
         );
         println!("{phase}: the trickle paused {pause:?}, and a checkpoint ({seq}) was written in that lull");
@@ -159,7 +181,7 @@ fn reopen_from_checkpoint(dir: &PathBuf, seq: u64, want: &[ContextItem]) {
 }
 
 #[test]
-fn background_checkpoints_wait_for_a_lull_in_writes_but_not_forever() {
+fn background_checkpoints_wait_for_a_lull_but_not_forever() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().to_path_buf();
     let store = Options::new()
@@ -169,7 +191,7 @@ fn background_checkpoints_wait_for_a_lull_in_writes_but_not_forever() {
         .open(&path)
         .expect("open");
     assert_eq!(newest_checkpoint(&path), None);
-    let mut trickle = Trickle::start(&store);
+    let mut trickle = Trickle::start(&store, Work::Add);
 
     // 1. Due, deferred while the trickle goes on.
     add_bulk(&store, "a", EVERY + EVERY / 4);
@@ -203,6 +225,29 @@ fn background_checkpoints_wait_for_a_lull_in_writes_but_not_forever() {
         );
     }
     println!("{trickled} trickled adds");
+
+    // 4. Due again, with reads and queries going on instead: deferred, and written once they stop.
+    newest = newest_checkpoint(&path);
+    add_bulk(&store, "d", EVERY + EVERY / 4);
+    let mut reads = Trickle::start(&store, Work::Read);
+    let deferred = assert_deferred(
+        &path,
+        &reads,
+        newest,
+        Duration::from_millis(2_500),
+        "due, reads going on",
+    );
+    let read = reads.stop();
+    if deferred == newest {
+        let stopped = Instant::now();
+        let (at, seq) = watch_for_checkpoint(&path, newest, Duration::from_secs(5))
+            .expect("no checkpoint within 5 s of the reads stopping");
+        println!(
+            "lull: checkpoint {seq} written {:?} after the reads stopped",
+            at.duration_since(stopped)
+        );
+    }
+    println!("{read} trickled reads");
 
     // Whatever checkpoint the store wrote last, it opens to the same items (closing writes its own
     // checkpoint: set that one aside so that the background one is loaded).
