@@ -510,30 +510,24 @@ impl Store {
     }
 
     fn open_with(dir: &Path, options: Options) -> Result<Store> {
-        if !(SEGMENT_BYTES_MIN..=SEGMENT_BYTES_MAX).contains(&options.segment_size) {
-            return Err(Error::invalid(
-                "segment_size",
-                format!(
-                    "{} bytes is outside {SEGMENT_BYTES_MIN}..={SEGMENT_BYTES_MAX}",
-                    options.segment_size
-                ),
-            ));
-        }
+        bytes_within(
+            "segment_size",
+            options.segment_size,
+            SEGMENT_BYTES_MIN,
+            SEGMENT_BYTES_MAX,
+        )?;
         if options.max_content_bytes == 0 || options.max_content_bytes > CONTENT_BYTES_MAX {
             return Err(Error::invalid(
                 "max_content_bytes",
                 format!("{} is outside 1..={CONTENT_BYTES_MAX}", options.max_content_bytes),
             ));
         }
-        if !(CHECKPOINT_EVERY_BYTES_MIN..=CHECKPOINT_EVERY_BYTES_MAX).contains(&options.checkpoint_every) {
-            return Err(Error::invalid(
-                "checkpoint_every",
-                format!(
-                    "{} bytes is outside {CHECKPOINT_EVERY_BYTES_MIN}..={CHECKPOINT_EVERY_BYTES_MAX}",
-                    options.checkpoint_every
-                ),
-            ));
-        }
+        bytes_within(
+            "checkpoint_every",
+            options.checkpoint_every,
+            CHECKPOINT_EVERY_BYTES_MIN,
+            CHECKPOINT_EVERY_BYTES_MAX,
+        )?;
         if !(1..=ADD_THREADS_MAX).contains(&options.add_threads) {
             return Err(Error::invalid(
                 "add_threads",
@@ -1168,6 +1162,15 @@ fn wait_for_lull(
         if Instant::now() >= round_ends {
             return Lull::NotYet;
         }
+    }
+}
+
+/// An option given in bytes, `Invalid` naming `field` unless within `min..=max`.
+fn bytes_within(field: &str, bytes: u64, min: u64, max: u64) -> Result<()> {
+    if (min..=max).contains(&bytes) {
+        Ok(())
+    } else {
+        Err(Error::invalid(field, format!("{bytes} bytes is outside {min}..={max}")))
     }
 }
 

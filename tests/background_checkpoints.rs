@@ -166,6 +166,24 @@ fn assert_deferred(dir: &Path, trickle: &Trickle, than: Option<u64>, watch: Dura
     than
 }
 
+/// Phases 3 and 4: with a checkpoint due, none is written while `trickle` goes on (see
+/// [`assert_deferred`]), and one is within 5 s once it stops. Returns the trickle's operations.
+fn deferred_until_stopped(dir: &Path, mut trickle: Trickle, than: Option<u64>, what: &str) -> u64 {
+    let phase = format!("due, {what} going on");
+    let deferred = assert_deferred(dir, &trickle, than, Duration::from_millis(2_500), &phase);
+    let operations = trickle.stop();
+    if deferred == than {
+        let stopped = Instant::now();
+        let (at, seq) = watch_for_checkpoint(dir, than, Duration::from_secs(5))
+            .unwrap_or_else(|| panic!("no checkpoint within 5 s of the {what} stopping"));
+        println!(
+            "lull: checkpoint {seq} written {:?} after the {what} stopped",
+            at.duration_since(stopped)
+        );
+    }
+    operations
+}
+
 fn items_of(store: &Store) -> Vec<ContextItem> {
     store.get(&ContextQuery::new().limit(100_000)).expect("get everything")
 }
@@ -191,7 +209,7 @@ fn background_checkpoints_wait_for_a_lull_but_not_forever() {
         .open(&path)
         .expect("open");
     assert_eq!(newest_checkpoint(&path), None);
-    let mut trickle = Trickle::start(&store, Work::Add);
+    let trickle = Trickle::start(&store, Work::Add);
 
     // 1. Due, deferred while the trickle goes on.
     add_bulk(&store, "a", EVERY + EVERY / 4);
@@ -213,40 +231,13 @@ fn background_checkpoints_wait_for_a_lull_but_not_forever() {
 
     // 3. Due again: deferred while the trickle goes on, written once it stops.
     add_bulk(&store, "c", EVERY + EVERY / 4);
-    let deferred = assert_deferred(&path, &trickle, newest, Duration::from_millis(2_500), "due again");
-    let trickled = trickle.stop();
-    if deferred == newest {
-        let stopped = Instant::now();
-        let (at, seq) = watch_for_checkpoint(&path, newest, Duration::from_secs(5))
-            .expect("no checkpoint within 5 s of the writes stopping");
-        println!(
-            "lull: checkpoint {seq} written {:?} after the trickle stopped",
-            at.duration_since(stopped)
-        );
-    }
+    let trickled = deferred_until_stopped(&path, trickle, newest, "adds");
     println!("{trickled} trickled adds");
 
     // 4. Due again, with reads and queries going on instead: deferred, and written once they stop.
     newest = newest_checkpoint(&path);
     add_bulk(&store, "d", EVERY + EVERY / 4);
-    let mut reads = Trickle::start(&store, Work::Read);
-    let deferred = assert_deferred(
-        &path,
-        &reads,
-        newest,
-        Duration::from_millis(2_500),
-        "due, reads going on",
-    );
-    let read = reads.stop();
-    if deferred == newest {
-        let stopped = Instant::now();
-        let (at, seq) = watch_for_checkpoint(&path, newest, Duration::from_secs(5))
-            .expect("no checkpoint within 5 s of the reads stopping");
-        println!(
-            "lull: checkpoint {seq} written {:?} after the reads stopped",
-            at.duration_since(stopped)
-        );
-    }
+    let read = deferred_until_stopped(&path, Trickle::start(&store, Work::Read), newest, "reads");
     println!("{read} trickled reads");
 
     // Whatever checkpoint the store wrote last, it opens to the same items (closing writes its own

@@ -702,35 +702,49 @@ fn a_large_batch_writes_the_same_bytes_on_one_thread_and_on_four() {
     );
 }
 
+/// Opening a fresh directory with `options` is refused as `Invalid` naming `field`, with a reason
+/// that quotes `value`, and creates nothing in the directory.
+fn expect_options_invalid(options: Options, field: &str, value: u64) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let err = options.open(dir.path()).expect_err("refused");
+    assert!(
+        matches!(&err, Error::Invalid { field: f, reason, .. } if f == field && reason.contains(&value.to_string())),
+        "{field} = {value}: {err:?}"
+    );
+    assert_eq!(
+        std::fs::read_dir(dir.path()).expect("list").count(),
+        0,
+        "{field} = {value}: files created"
+    );
+}
+
 #[test]
 fn add_threads_out_of_range_is_invalid() {
     for threads in [0, 65] {
+        expect_options_invalid(Options::new().add_threads(threads), "add_threads", threads as u64);
+    }
+}
+
+#[test]
+fn segment_size_out_of_range_is_invalid() {
+    use ctxlog::limits::{SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN};
+    for bytes in [0, SEGMENT_BYTES_MIN - 1, SEGMENT_BYTES_MAX + 1, u64::MAX] {
+        expect_options_invalid(Options::new().segment_size(bytes), "segment_size", bytes);
+    }
+    for bytes in [SEGMENT_BYTES_MIN, SEGMENT_BYTES_MAX] {
         let dir = tempfile::tempdir().expect("tempdir");
-        let err = Options::new()
-            .add_threads(threads)
+        let store = Options::new()
+            .segment_size(bytes)
             .open(dir.path())
-            .expect_err("refused");
-        assert!(
-            matches!(&err, Error::Invalid { field, .. } if field == "add_threads"),
-            "{err:?}"
-        );
+            .unwrap_or_else(|e| panic!("{bytes} refused: {e:?}"));
+        store.add([good()]).expect("add");
     }
 }
 
 #[test]
 fn checkpoint_every_out_of_range_is_invalid() {
     for bytes in [0, (64 << 10) - 1, (1 << 40) + 1, u64::MAX] {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let err = Options::new()
-            .checkpoint_every(bytes)
-            .open(dir.path())
-            .expect_err("refused");
-        assert!(
-            matches!(&err, Error::Invalid { field, reason, .. } if field == "checkpoint_every" && reason.contains(&bytes.to_string())),
-            "{bytes}: {err:?}"
-        );
-        // Nothing was created but the directory.
-        assert_eq!(std::fs::read_dir(dir.path()).expect("list").count(), 0, "{bytes}");
+        expect_options_invalid(Options::new().checkpoint_every(bytes), "checkpoint_every", bytes);
     }
     for bytes in [64 << 10, 1 << 40] {
         let dir = tempfile::tempdir().expect("tempdir");
