@@ -703,25 +703,25 @@ fn a_large_batch_writes_the_same_bytes_on_one_thread_and_on_four() {
 }
 
 /// Opening a fresh directory with `options` is refused as `Invalid` naming `field`, with a reason
-/// that quotes `value`, and creates nothing in the directory.
-fn expect_options_invalid(options: Options, field: &str, value: u64) {
+/// that quotes `quoted`, and creates nothing in the directory.
+fn expect_options_invalid(options: Options, field: &str, quoted: &str) {
     let dir = tempfile::tempdir().expect("tempdir");
     let err = options.open(dir.path()).expect_err("refused");
     assert!(
-        matches!(&err, Error::Invalid { field: f, reason, .. } if f == field && reason.contains(&value.to_string())),
-        "{field} = {value}: {err:?}"
+        matches!(&err, Error::Invalid { field: f, reason, .. } if f == field && reason.contains(quoted)),
+        "{field} ({quoted}): {err:?}"
     );
     assert_eq!(
         std::fs::read_dir(dir.path()).expect("list").count(),
         0,
-        "{field} = {value}: files created"
+        "{field} ({quoted}): files created"
     );
 }
 
 #[test]
 fn add_threads_out_of_range_is_invalid() {
     for threads in [0, 65] {
-        expect_options_invalid(Options::new().add_threads(threads), "add_threads", threads as u64);
+        expect_options_invalid(Options::new().add_threads(threads), "add_threads", &threads.to_string());
     }
 }
 
@@ -729,7 +729,7 @@ fn add_threads_out_of_range_is_invalid() {
 fn segment_size_out_of_range_is_invalid() {
     use ctxlog::limits::{SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN};
     for bytes in [0, SEGMENT_BYTES_MIN - 1, SEGMENT_BYTES_MAX + 1, u64::MAX] {
-        expect_options_invalid(Options::new().segment_size(bytes), "segment_size", bytes);
+        expect_options_invalid(Options::new().segment_size(bytes), "segment_size", &bytes.to_string());
     }
     for bytes in [SEGMENT_BYTES_MIN, SEGMENT_BYTES_MAX] {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -742,9 +742,46 @@ fn segment_size_out_of_range_is_invalid() {
 }
 
 #[test]
+fn max_content_bytes_out_of_range_is_invalid() {
+    use ctxlog::limits::CONTENT_BYTES_MAX;
+    for bytes in [0, CONTENT_BYTES_MAX + 1, usize::MAX] {
+        expect_options_invalid(
+            Options::new().max_content_bytes(bytes),
+            "max_content_bytes",
+            &bytes.to_string(),
+        );
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Options::new()
+        .max_content_bytes(CONTENT_BYTES_MAX)
+        .open(dir.path())
+        .expect("the largest accepted");
+    store.add([good()]).expect("add");
+}
+
+#[test]
+fn periodic_durability_of_zero_is_invalid() {
+    expect_options_invalid(
+        Options::new().durability(Durability::Periodic(std::time::Duration::ZERO)),
+        "durability",
+        "above zero",
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Options::new()
+        .durability(Durability::Periodic(std::time::Duration::from_nanos(1)))
+        .open(dir.path())
+        .expect("the shortest period");
+    store.add([good()]).expect("add");
+}
+
+#[test]
 fn checkpoint_every_out_of_range_is_invalid() {
     for bytes in [0, (64 << 10) - 1, (1 << 40) + 1, u64::MAX] {
-        expect_options_invalid(Options::new().checkpoint_every(bytes), "checkpoint_every", bytes);
+        expect_options_invalid(
+            Options::new().checkpoint_every(bytes),
+            "checkpoint_every",
+            &bytes.to_string(),
+        );
     }
     for bytes in [64 << 10, 1 << 40] {
         let dir = tempfile::tempdir().expect("tempdir");
