@@ -510,30 +510,22 @@ impl Store {
     }
 
     fn open_with(dir: &Path, options: Options) -> Result<Store> {
-        bytes_within(
+        within(
             "segment_size",
             options.segment_size,
             SEGMENT_BYTES_MIN,
             SEGMENT_BYTES_MAX,
+            " bytes",
         )?;
-        if options.max_content_bytes == 0 || options.max_content_bytes > CONTENT_BYTES_MAX {
-            return Err(Error::invalid(
-                "max_content_bytes",
-                format!("{} is outside 1..={CONTENT_BYTES_MAX}", options.max_content_bytes),
-            ));
-        }
-        bytes_within(
+        within("max_content_bytes", options.max_content_bytes, 1, CONTENT_BYTES_MAX, "")?;
+        within(
             "checkpoint_every",
             options.checkpoint_every,
             CHECKPOINT_EVERY_BYTES_MIN,
             CHECKPOINT_EVERY_BYTES_MAX,
+            " bytes",
         )?;
-        if !(1..=ADD_THREADS_MAX).contains(&options.add_threads) {
-            return Err(Error::invalid(
-                "add_threads",
-                format!("{} is outside 1..={ADD_THREADS_MAX}", options.add_threads),
-            ));
-        }
+        within("add_threads", options.add_threads, 1, ADD_THREADS_MAX, "")?;
         if let Durability::Periodic(period) = options.durability {
             if period.is_zero() {
                 return Err(Error::invalid("durability", "a Periodic duration must be above zero"));
@@ -1165,12 +1157,13 @@ fn wait_for_lull(
     }
 }
 
-/// An option given in bytes, `Invalid` naming `field` unless within `min..=max`.
-fn bytes_within(field: &str, bytes: u64, min: u64, max: u64) -> Result<()> {
-    if (min..=max).contains(&bytes) {
+/// An option's value, `Invalid` naming `field` unless within `min..=max` (`unit` follows the value
+/// in the reason).
+fn within<T: PartialOrd + Copy + std::fmt::Display>(field: &str, value: T, min: T, max: T, unit: &str) -> Result<()> {
+    if (min..=max).contains(&value) {
         Ok(())
     } else {
-        Err(Error::invalid(field, format!("{bytes} bytes is outside {min}..={max}")))
+        Err(Error::invalid(field, format!("{value}{unit} is outside {min}..={max}")))
     }
 }
 
