@@ -161,11 +161,9 @@ fn encode_body_into(body: &mut Vec<u8>, index: &Index, segments: &[SegmentMark])
         put_u16_str(body, source);
     }
     put_count(body, index.id_count());
-    let ids = u32::try_from(index.id_count()).unwrap_or(u32::MAX);
-    put_names(body, index, true);
-    let deleted: Vec<(u32, u32)> = (0..ids)
-        .filter_map(|id| index.id_at(id).filter(|e| e.deletes > 0).map(|e| (id, e.deletes)))
-        .collect();
+    put_names(body, index);
+    let mut deleted = index.deleted_ids();
+    deleted.sort_unstable();
     put_count(body, deleted.len());
     for (id, deletes) in deleted {
         body.extend_from_slice(&id.to_le_bytes());
@@ -215,16 +213,14 @@ fn encode_body_into(body: &mut Vec<u8>, index: &Index, segments: &[SegmentMark])
     }
 }
 
-/// The id names as the name arena holds them: a length byte per id, then the chunks of whole names
-/// (each at most [`NAME_CHUNK`] bytes, a chunk started when the next name would not fit). The name
-/// arena fills its chunks by the same rule, in id order, so when `whole_chunks` is set and its
-/// chunks have exactly these sizes they are copied whole; otherwise the names are copied one by one.
-fn put_names(body: &mut Vec<u8>, index: &Index, whole_chunks: bool) {
+/// The id names whole: a length byte per id, then the chunks of whole names (each at most
+/// [`NAME_CHUNK`] bytes, a chunk started when the next name would not fit).
+fn put_names(body: &mut Vec<u8>, index: &Index) {
     let ids = u32::try_from(index.id_count()).unwrap_or(u32::MAX);
     let mut chunk_lens = Vec::new();
     let mut current = 0;
     for id in 0..ids {
-        let len = index.id_name(id).len();
+        let len = index.id_name_len(id);
         if current + len > NAME_CHUNK {
             chunk_lens.push(current);
             current = 0;
@@ -236,24 +232,16 @@ fn put_names(body: &mut Vec<u8>, index: &Index, whole_chunks: bool) {
         chunk_lens.push(current);
     }
     put_count(body, chunk_lens.len());
-    if whole_chunks && index.name_chunks().map(str::len).eq(chunk_lens.iter().copied()) {
-        for chunk in index.name_chunks() {
-            put_count(body, chunk.len());
-            body.extend_from_slice(chunk.as_bytes());
+    let mut chunk_lens = chunk_lens.into_iter();
+    let mut left = 0;
+    index.for_each_id_name(|_, name| {
+        if left == 0 {
+            left = chunk_lens.next().unwrap_or(0);
+            put_count(body, left);
         }
-        return;
-    }
-    let mut next_id = 0;
-    for chunk_len in chunk_lens {
-        put_count(body, chunk_len);
-        let mut written = 0;
-        while written < chunk_len && next_id < ids {
-            let name = index.id_name(next_id);
-            body.extend_from_slice(name.as_bytes());
-            written += name.len();
-            next_id += 1;
-        }
-    }
+        body.extend_from_slice(name.as_bytes());
+        left = left.saturating_sub(name.len());
+    });
 }
 
 /// The checkpoint file for `seq` around `body`: header, body, CRC. Needs no lock.
@@ -776,7 +764,7 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Loaded, String> {
             let ids = IdTable::from_name_chunks(&names, lengths);
             (ids, versions.decode_chunks())
         },
-        || (NameArena::from_chunks(&names), versions.decode_chunks()),
+        || (NameArena::from_names(&names, lengths), versions.decode_chunks()),
     );
     let (ids, versions_there) = ids_and_versions.ok_or("the id table was not built")?;
     let mut decoded = versions_here?;
@@ -1074,12 +1062,13 @@ mod tests {
             assert_eq!(loaded.index.id_name(u32::try_from(n).expect("small")), name(n));
         }
         assert!(loaded.index.visible(&name(2000), 2000).is_none());
-        // The arena's chunks copied whole are the names copied one by one.
-        let (mut whole, mut one_by_one) = (Vec::new(), Vec::new());
-        put_names(&mut whole, &index, true);
-        put_names(&mut one_by_one, &index, false);
-        assert_eq!(index.name_chunks().count(), 4);
-        assert!(whole == one_by_one);
+        // The checkpoint stores the names whole (the arena front-codes them): 2,000 length bytes,
+        // then four chunks of whole names, each with its length.
+        let mut names = Vec::new();
+        put_names(&mut names, &index);
+        assert!(names.get(..2000) == Some(&[100u8; 2000][..]));
+        assert_eq!(names.get(2000..2004), Some(&4u32.to_le_bytes()[..]));
+        assert_eq!(names.len(), 2000 + 4 + 4 * 4 + 2000 * 100);
 
         let table = |chunks: &[&[u8]], lengths: &[u8]| IdTable::from_name_chunk_bytes(chunks, lengths).err();
         assert!(table(&[b"abcd"], &[2, 2]).is_none());

@@ -156,7 +156,7 @@ fn plan(shared: &Shared, views: &Views) -> HashMap<u32, SegmentPlan> {
                 Decision::Retire(_) => {
                     // The version string stays in the log; most are short, and this only ranks segments.
                     let retired_len = (RECORD_HEADER_BYTES + 32 + 2 + ESTIMATED_VERSION_BYTES) as u64
-                        + index.id_name(version.id).len() as u64;
+                        + index.id_name_len(version.id) as u64;
                     u64::from(version.location.len).saturating_sub(retired_len)
                 }
             };
@@ -183,9 +183,7 @@ fn decide(index: &Index, views: &Views, version: &VersionEntry) -> Option<Decisi
     if version.state() == crate::index::VersionState::Forgotten {
         return None;
     }
-    let open_history = index
-        .id_at(version.id)
-        .is_some_and(|e| e.deletes == index.generation(version));
+    let open_history = index.id_at(version.id).is_some() && index.deletes_of(version.id) == index.generation(version);
     if version.is_stored() && views.needed(index, version) {
         return Some(Decision::Keep);
     }

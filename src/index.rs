@@ -240,15 +240,12 @@ impl VersionEntry {
     }
 }
 
-/// Everything the index keeps per id: 16 bytes, no heap.
+/// Everything the index keeps per id beside its name: 4 bytes, no heap. An id deleted at least once
+/// also has its delete count in [`Index::deletes`]; its name is in the [`NameArena`].
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct IdEntry {
-    /// Where the name is in the arena: chunk, offset, length (see [`NameArena`]).
-    name: u64,
     /// The newest version still in the index, or [`NO_SLOT`]; older ones follow `prev`.
     pub(crate) latest: u32,
-    /// How many times the id was deleted; the current history is generation `deletes`.
-    pub(crate) deletes: u32,
 }
 
 /// Entries per chunk of a [`ChunkVec`].
@@ -300,6 +297,13 @@ impl<T> ChunkVec<T> {
         }
     }
 
+    /// The entries at `range`, which must lie in one chunk (empty otherwise).
+    fn run(&self, range: std::ops::Range<usize>) -> &[T] {
+        let chunk = range.start / CHUNK;
+        let within = range.start % CHUNK..range.end.saturating_sub(chunk * CHUNK);
+        self.chunks.get(chunk).and_then(|c| c.get(within)).unwrap_or_default()
+    }
+
     pub(crate) fn iter(&self) -> impl DoubleEndedIterator<Item = &T> + '_ {
         self.chunks.iter().flatten()
     }
@@ -311,86 +315,223 @@ impl<T> ChunkVec<T> {
     }
 }
 
-/// Bytes per chunk of the name arena; a name (at most 255 bytes) never spans two.
+/// Bytes per chunk of the name arena; a stored name part (at most 255 bytes) never spans two.
 pub(crate) const NAME_CHUNK: usize = 1 << 16;
 
-/// The name at `handle` (chunk << 24 | offset << 8 | length) in `chunks`; empty if out of bounds.
-fn name_in<S: AsRef<str>>(chunks: &[S], handle: u64) -> &str {
-    let len = (handle & 0xff) as usize;
-    let offset = ((handle >> 8) & 0xffff) as usize;
-    let chunk = usize::try_from(handle >> 24).unwrap_or(usize::MAX);
-    chunks
-        .get(chunk)
-        .and_then(|chunk| chunk.as_ref().get(offset..offset + len))
-        .unwrap_or("")
-}
+/// Ids per mark of the name arena: a name is rebuilt from the mark before it, through at most this
+/// many names. A divisor of [`CHUNK`], so that the parts from a mark to any name are in one chunk.
+const NAME_MARK: usize = 16;
+const _: () = assert!(CHUNK.is_multiple_of(NAME_MARK));
 
-/// Id names, back to back in chunks that never move.
+/// The longest id name the arena holds (a put's id is at most 128 bytes).
+const NAME_MAX: usize = 255;
+
+/// Id names, front-coded. In id order, each name is stored as the bytes it does not share with the
+/// previous id's name (at least one), back to back in chunks that never move; a chunk holds whole
+/// parts only, and a part that does not fit in the chunk being filled starts the next one (so a
+/// part ends its chunk exactly when it ends where the chunk does). Every [`NAME_MARK`]-th name is
+/// stored whole, and where it starts is kept. Per id: two bytes (shared and stored lengths) and
+/// the stored part, so that sequential and structured ids (`item-00000017`, `s4/chunk-9`) take a
+/// few bytes each, and random ones one byte more than their length.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct NameArena {
     chunks: Vec<String>,
+    /// Per id: bytes its name shares with the previous id's, and bytes stored.
+    parts: ChunkVec<[u8; 2]>,
+    /// Where the part of id `k * NAME_MARK` starts: chunk << 32 | offset.
+    marks: Vec<u64>,
+    /// The last id's name, which the next one is coded against.
+    last: String,
+}
+
+/// A name rebuilt from the arena, on the stack.
+pub(crate) struct NameBuf {
+    bytes: [u8; NAME_MAX],
+    len: usize,
+}
+
+impl NameBuf {
+    pub(crate) fn new() -> NameBuf {
+        NameBuf {
+            bytes: [0; NAME_MAX],
+            len: 0,
+        }
+    }
+
+    fn as_str(&self) -> &str {
+        // Parts are cut at character boundaries, so a rebuilt name is UTF-8.
+        std::str::from_utf8(self.bytes.get(..self.len).unwrap_or_default()).unwrap_or("")
+    }
+
+    /// Puts `part` after the first `shared` bytes of the name held; false if it cannot be there.
+    fn extend(&mut self, shared: usize, part: &[u8]) -> bool {
+        if shared > self.len {
+            return false;
+        }
+        let Some(place) = self.bytes.get_mut(shared..shared + part.len()) else {
+            return false;
+        };
+        place.copy_from_slice(part);
+        self.len = shared + part.len();
+        true
+    }
+}
+
+/// Bytes `name` shares with `last` at its start, cut at a character boundary and leaving at least
+/// one byte of `name`.
+fn shared_prefix(last: &str, name: &str) -> usize {
+    let mut shared = last
+        .bytes()
+        .zip(name.bytes())
+        .take_while(|(a, b)| a == b)
+        .count()
+        .min(name.len().saturating_sub(1));
+    while !name.is_char_boundary(shared) {
+        shared -= 1;
+    }
+    shared
 }
 
 impl NameArena {
-    /// Stores `name` (at most 255 bytes) and returns its handle: chunk << 24 | offset << 8 | length.
-    fn push(&mut self, name: &str) -> u64 {
-        let len = name.len().min(255);
+    /// Stores the name of the next id (at most [`NAME_MAX`] bytes, cut at a character boundary).
+    fn push(&mut self, name: &str) {
+        let mut len = name.len().min(NAME_MAX);
+        while !name.is_char_boundary(len) {
+            len -= 1;
+        }
         let name = name.get(..len).unwrap_or("");
-        if self.chunks.last().is_none_or(|chunk| chunk.len() + len > NAME_CHUNK) {
+        let marked = self.parts.len().is_multiple_of(NAME_MARK);
+        let shared = if marked { 0 } else { shared_prefix(&self.last, name) };
+        let part = name.get(shared..).unwrap_or("");
+        if self
+            .chunks
+            .last()
+            .is_none_or(|chunk| chunk.len() + part.len() > NAME_CHUNK)
+        {
             self.chunks.push(String::with_capacity(NAME_CHUNK));
         }
         let chunk = self.chunks.len() - 1;
-        let Some(last) = self.chunks.last_mut() else { return 0 };
+        let Some(last) = self.chunks.last_mut() else { return };
         let offset = last.len();
-        last.push_str(name);
-        ((chunk as u64) << 24) | ((offset as u64) << 8) | len as u64
+        last.push_str(part);
+        if marked {
+            self.marks.push(((chunk as u64) << 32) | offset as u64);
+        }
+        self.parts.push([
+            u8::try_from(shared).unwrap_or(u8::MAX),
+            u8::try_from(part.len()).unwrap_or(u8::MAX),
+        ]);
+        self.last.clear();
+        self.last.push_str(name);
     }
 
-    fn get(&self, handle: u64) -> &str {
-        name_in(&self.chunks, handle)
+    /// Rebuilds the name of id number `id` in `buf`; empty if out of bounds.
+    fn name_into<'b>(&self, id: u32, buf: &'b mut NameBuf) -> &'b str {
+        buf.len = 0;
+        let id = position(id);
+        let Some(&mark) = self.marks.get(id / NAME_MARK) else {
+            return "";
+        };
+        let mut chunk = usize::try_from(mark >> 32).unwrap_or(usize::MAX);
+        let mut offset = (mark & 0xffff_ffff) as usize;
+        for [shared, len] in self.parts.run(id - id % NAME_MARK..id + 1) {
+            let len = usize::from(*len);
+            // A part that ends its chunk is followed by the next chunk's first part.
+            if self.chunks.get(chunk).is_some_and(|c| offset == c.len()) {
+                chunk += 1;
+                offset = 0;
+            }
+            let part = self
+                .chunks
+                .get(chunk)
+                .and_then(|c| c.as_bytes().get(offset..offset + len));
+            if !part.is_some_and(|part| buf.extend(usize::from(*shared), part)) {
+                buf.len = 0;
+                return "";
+            }
+            offset += len;
+        }
+        buf.as_str()
     }
 
-    /// The chunks as they are filled: names back to back, in the order they were stored.
-    fn chunks(&self) -> impl Iterator<Item = &str> + '_ {
-        self.chunks.iter().map(String::as_str)
+    /// Whether id number `id` is named `name`.
+    fn is(&self, id: u32, name: &str) -> bool {
+        let fits = self
+            .parts
+            .get(position(id))
+            .is_some_and(|[shared, len]| usize::from(*shared) + usize::from(*len) == name.len());
+        fits && self.name_into(id, &mut NameBuf::new()) == name
     }
 
-    /// A copy of a checkpoint's name chunks (see [`IdTable::from_name_chunks`]).
-    pub(crate) fn from_chunks(chunks: &[&str]) -> NameArena {
-        NameArena {
-            chunks: chunks
-                .iter()
-                .map(|text| {
-                    let mut chunk = String::with_capacity(NAME_CHUNK);
-                    chunk.push_str(text);
-                    chunk
-                })
-                .collect(),
+    /// The length of id number `id`'s name.
+    fn name_len(&self, id: u32) -> usize {
+        self.parts
+            .get(position(id))
+            .map_or(0, |[shared, len]| usize::from(*shared) + usize::from(*len))
+    }
+
+    /// Calls `each` with every id's number and name, in id order.
+    fn for_each(&self, mut each: impl FnMut(u32, &str)) {
+        let mut buf = NameBuf::new();
+        let (mut chunk, mut offset) = (0usize, 0usize);
+        for (id, [shared, len]) in self.parts.iter().enumerate() {
+            let len = usize::from(*len);
+            if self.chunks.get(chunk).is_some_and(|c| offset == c.len()) {
+                chunk += 1;
+                offset = 0;
+            }
+            let part = self
+                .chunks
+                .get(chunk)
+                .and_then(|c| c.as_bytes().get(offset..offset + len));
+            if !part.is_some_and(|part| buf.extend(usize::from(*shared), part)) {
+                buf.len = 0;
+            }
+            offset += len;
+            each(u32::try_from(id).unwrap_or(u32::MAX), buf.as_str());
         }
     }
 
+    /// The arena of the names a checkpoint stores whole: `lengths` has one byte per id, and the
+    /// names are back to back in `chunks` (which [`IdTable::from_name_chunks`] checks).
+    pub(crate) fn from_names(chunks: &[&str], lengths: &[u8]) -> NameArena {
+        let mut arena = NameArena::default();
+        let (mut chunk, mut offset) = (0usize, 0usize);
+        for len in lengths {
+            let len = usize::from(*len);
+            if chunks.get(chunk).is_some_and(|c| offset == c.len()) {
+                chunk += 1;
+                offset = 0;
+            }
+            arena.push(
+                chunks
+                    .get(chunk)
+                    .and_then(|c| c.get(offset..offset + len))
+                    .unwrap_or(""),
+            );
+            offset += len;
+        }
+        arena
+    }
+
     fn heap_bytes(&self) -> u64 {
-        (self.chunks.iter().map(String::capacity).sum::<usize>() + self.chunks.capacity() * 24) as u64
+        (self.chunks.iter().map(String::capacity).sum::<usize>()
+            + self.chunks.capacity() * 24
+            + self.parts.heap_bytes() as usize
+            + self.marks.capacity() * 8
+            + self.last.capacity()) as u64
     }
 }
 
 /// Ids per group when a checkpoint's id table is filled in the order of its buckets.
 const INSERT_GROUPS: usize = 1 << 8;
 
-/// Fills `by_name` (empty, with its capacity reserved) with the numbers of `entries`, whose names are
-/// in `chunks`. The ids are inserted grouped by where their hashes fall in the table, so that the
-/// inserts walk the table front to back instead of jumping all over it. A name listed twice is an
-/// error.
-fn fill_lookup<S: AsRef<str>>(
-    by_name: &mut HashTable<u32>,
-    entries: &ChunkVec<IdEntry>,
-    chunks: &[S],
-    hasher: &foldhash::fast::RandomState,
-) -> Result<(), String> {
-    let hashes: Vec<u64> = entries
-        .iter()
-        .map(|e| hasher.hash_one(name_in(chunks, e.name)))
-        .collect();
+/// Fills `by_name` (empty, with its capacity reserved) with the numbers of the ids whose name
+/// hashes are `hashes`, in id order; `same_name` tells whether two ids have the same name. The ids
+/// are inserted grouped by where their hashes fall in the table, so that the inserts walk the table
+/// front to back instead of jumping all over it. Returns the number of an id whose name an earlier
+/// id has, if any.
+fn fill_lookup(by_name: &mut HashTable<u32>, hashes: &[u64], same_name: impl Fn(u32, u32) -> bool) -> Result<(), u32> {
     // The table's bucket count is a power of two and an id's bucket is its hash's low bits; a
     // wrong guess only costs speed.
     let buckets = (by_name.capacity() / 7 * 8).max(1).next_power_of_two();
@@ -398,7 +539,7 @@ fn fill_lookup<S: AsRef<str>>(
     let shift = bits.saturating_sub(INSERT_GROUPS.trailing_zeros());
     let group_of = |hash: u64| ((hash & (buckets as u64 - 1)) >> shift) as usize;
     let mut starts = vec![0u32; INSERT_GROUPS + 1];
-    for hash in &hashes {
+    for hash in hashes {
         if let Some(count) = starts.get_mut(group_of(*hash) + 1) {
             *count += 1;
         }
@@ -417,24 +558,21 @@ fn fill_lookup<S: AsRef<str>>(
             *next += 1;
         }
     }
-    let name_of = |id: u32| entries.get(position(id)).map_or("", |e| name_in(chunks, e.name));
     for &(hash, id) in &order {
         // Only ids of the same full hash have their names compared.
         let slot = by_name.entry(
             hash,
-            |known| hashes.get(position(*known)) == Some(&hash) && name_of(*known) == name_of(id),
-            |known| hasher.hash_one(name_of(*known)),
+            |known| hashes.get(position(*known)) == Some(&hash) && same_name(*known, id),
+            |known| hashes.get(position(*known)).copied().unwrap_or(0),
         );
         match slot {
-            hashbrown::hash_table::Entry::Occupied(_) => {
-                return Err(format!("id {:?} is listed twice", name_of(id)));
-            }
+            hashbrown::hash_table::Entry::Occupied(_) => return Err(id),
             hashbrown::hash_table::Entry::Vacant(vacant) => {
                 vacant.insert(id);
             }
         }
     }
-    crate::checkpoint::drop_in_background((hashes, order));
+    crate::checkpoint::drop_in_background(order);
     Ok(())
 }
 
@@ -445,6 +583,7 @@ pub(crate) struct IdTable {
     names: NameArena,
     by_name: HashTable<u32>,
     hasher: foldhash::fast::RandomState,
+    deletes: FastMap<u32, u32>,
 }
 
 impl IdTable {
@@ -473,6 +612,7 @@ impl IdTable {
     /// is put in with [`IdTable::with_names`].
     pub(crate) fn from_name_chunks(chunks: &[&str], lengths: &[u8]) -> Result<IdTable, String> {
         let mut ids = ChunkVec::default();
+        let mut names = Vec::with_capacity(lengths.len());
         let (mut chunk, mut offset) = (0usize, 0usize);
         for (id, len) in lengths.iter().enumerate() {
             let len = usize::from(*len);
@@ -483,17 +623,11 @@ impl IdTable {
                 chunk += 1;
                 offset = 0;
             }
-            let fits = chunks.get(chunk).is_some_and(|c| {
-                offset + len <= c.len() && c.is_char_boundary(offset) && c.is_char_boundary(offset + len)
-            });
-            if !fits {
+            let Some(name) = chunks.get(chunk).and_then(|c| c.get(offset..offset + len)) else {
                 return Err(format!("the name of id number {id} does not fit its chunk"));
-            }
-            ids.push(IdEntry {
-                name: ((chunk as u64) << 24) | ((offset as u64) << 8) | len as u64,
-                latest: NO_SLOT,
-                deletes: 0,
-            });
+            };
+            ids.push(IdEntry { latest: NO_SLOT });
+            names.push(name);
             offset += len;
         }
         let all_used = match chunks.len().checked_sub(1) {
@@ -508,32 +642,40 @@ impl IdTable {
             names: NameArena::default(),
             by_name: HashTable::with_capacity(lengths.len()),
             hasher: foldhash::fast::RandomState::default(),
+            deletes: FastMap::default(),
         };
-        fill_lookup(&mut table.by_name, &table.ids, chunks, &table.hasher)?;
+        let hashes: Vec<u64> = names.iter().map(|name| table.hasher.hash_one(name)).collect();
+        let name_of = |id: u32| names.get(position(id)).copied().unwrap_or("");
+        fill_lookup(&mut table.by_name, &hashes, |a, b| name_of(a) == name_of(b))
+            .map_err(|id| format!("id {:?} is listed twice", name_of(id)))?;
+        crate::checkpoint::drop_in_background(hashes);
         Ok(table)
     }
 
-    /// The table with its copy of the names (made from the same chunks it was built from).
+    /// The table with its name arena (made from the same chunks it was built from).
     pub(crate) fn with_names(mut self, names: NameArena) -> IdTable {
         self.names = names;
         self
     }
 
     /// All of [`IdTable::name_chunks_as_text`], [`IdTable::from_name_chunks`] and
-    /// [`NameArena::from_chunks`] on one thread.
+    /// [`NameArena::from_names`] on one thread.
     #[cfg(test)]
     pub(crate) fn from_name_chunk_bytes(chunks: &[&[u8]], lengths: &[u8]) -> Result<IdTable, String> {
         let text = IdTable::name_chunks_as_text(chunks)?;
-        Ok(IdTable::from_name_chunks(&text, lengths)?.with_names(NameArena::from_chunks(&text)))
+        Ok(IdTable::from_name_chunks(&text, lengths)?.with_names(NameArena::from_names(&text, lengths)))
     }
 
     /// Sets the delete count of id number `id`.
     pub(crate) fn set_deletes(&mut self, id: u32, deletes: u32) -> Result<(), String> {
-        let entry = self
-            .ids
-            .get_mut(position(id))
-            .ok_or_else(|| format!("deleted id number {id} is out of range"))?;
-        entry.deletes = deletes;
+        if position(id) >= self.ids.len() {
+            return Err(format!("deleted id number {id} is out of range"));
+        }
+        if deletes > 0 {
+            self.deletes.insert(id, deletes);
+        } else {
+            self.deletes.remove(&id);
+        }
         Ok(())
     }
 }
@@ -796,6 +938,9 @@ pub(crate) struct Index {
     /// Id numbers, found by the hash of their name.
     by_name: HashTable<u32>,
     hasher: foldhash::fast::RandomState,
+    /// How many times each id deleted at least once was deleted: its current history is that
+    /// generation (ids not here: generation 0).
+    deletes: FastMap<u32, u32>,
     pub(crate) slots: ChunkVec<VersionEntry>,
     pub(crate) by_type: Vec<KeySet>,
     pub(crate) by_scope: Vec<KeySet>,
@@ -886,18 +1031,28 @@ impl Index {
     /// The number of id `name`, if the index knows it.
     pub(crate) fn id_number(&self, name: &str) -> Option<u32> {
         let hash = self.hasher.hash_one(name);
-        let (ids, names) = (&self.ids, &self.names);
-        self.by_name
-            .find(hash, |id| {
-                ids.get(position(*id)).is_some_and(|e| names.get(e.name) == name)
-            })
-            .copied()
+        let names = &self.names;
+        self.by_name.find(hash, |id| names.is(*id, name)).copied()
     }
 
-    /// The name arena's chunks (see [`NameArena`]): when the ids' names were stored in id order, as
-    /// they are, these are the names in id order, back to back.
-    pub(crate) fn name_chunks(&self) -> impl Iterator<Item = &str> + '_ {
-        self.names.chunks()
+    /// The length of id number `id`'s name.
+    pub(crate) fn id_name_len(&self, id: u32) -> usize {
+        self.names.name_len(id)
+    }
+
+    /// Calls `each` with every id's number and name, in id order.
+    pub(crate) fn for_each_id_name(&self, each: impl FnMut(u32, &str)) {
+        self.names.for_each(each);
+    }
+
+    /// Whether id number `id` is named `name`.
+    pub(crate) fn id_name_is(&self, id: u32, name: &str) -> bool {
+        self.names.is(id, name)
+    }
+
+    /// The name of id number `id` rebuilt in `buf` (empty if there is no such id).
+    pub(crate) fn id_name_into<'b>(&self, id: u32, buf: &'b mut NameBuf) -> &'b str {
+        self.names.name_into(id, buf)
     }
 
     /// Whether every frame of sealed segment `number` is published. The writer seals a segment in
@@ -915,8 +1070,10 @@ impl Index {
             .is_some_and(|(_, next)| next.base_seq <= self.seq.saturating_add(1))
     }
 
-    pub(crate) fn id_name(&self, id: u32) -> &str {
-        self.id_at(id).map_or("", |entry| self.names.get(entry.name))
+    /// The name of id number `id` (empty if there is no such id); [`Index::id_name_is`] and
+    /// [`Index::id_name_into`] do not allocate.
+    pub(crate) fn id_name(&self, id: u32) -> String {
+        self.names.name_into(id, &mut NameBuf::new()).to_owned()
     }
 
     /// The versions of id number `id` still in the index, newest first.
@@ -975,7 +1132,7 @@ impl Index {
     /// The versions of the id's current history (since its last delete), newest first.
     pub(crate) fn current_history<'a>(&'a self, name: &str) -> impl Iterator<Item = &'a VersionEntry> + 'a {
         let id = self.id_number(name);
-        let generation = id.and_then(|id| self.id_at(id)).map_or(0, |entry| entry.deletes);
+        let generation = id.map_or(0, |id| self.deletes_of(id));
         id.into_iter()
             .flat_map(|id| self.versions_of(id))
             .map(|(_, version)| version)
@@ -998,7 +1155,15 @@ impl Index {
         table
             .try_reserve(needed.max(self.by_name.capacity().saturating_mul(2)), |_: &u32| 0)
             .ok()?;
-        fill_lookup(&mut table, &self.ids, &self.names.chunks, &self.hasher).ok()?;
+        let mut hashes = Vec::with_capacity(self.ids.len());
+        self.names.for_each(|_, name| hashes.push(self.hasher.hash_one(name)));
+        let names = &self.names;
+        let same_name = |a: u32, b: u32| {
+            let mut buf = NameBuf::new();
+            names.is(b, names.name_into(a, &mut buf))
+        };
+        fill_lookup(&mut table, &hashes, same_name).ok()?;
+        crate::checkpoint::drop_in_background(hashes);
         Some(table)
     }
 
@@ -1018,24 +1183,30 @@ impl Index {
         if let Some(id) = self.id_number(name) {
             return id;
         }
-        self.new_id(name, 0)
+        self.new_id(name)
     }
 
     /// Adds an id the index does not know.
-    fn new_id(&mut self, name: &str, deletes: u32) -> u32 {
+    fn new_id(&mut self, name: &str) -> u32 {
         let id = u32::try_from(self.ids.len()).unwrap_or(u32::MAX);
-        let handle = self.names.push(name);
-        self.ids.push(IdEntry {
-            name: handle,
-            latest: NO_SLOT,
-            deletes,
-        });
+        self.names.push(name);
+        self.ids.push(IdEntry { latest: NO_SLOT });
         let hash = self.hasher.hash_one(name);
-        let (entries, names, hasher) = (&self.ids, &self.names, &self.hasher);
+        let (names, hasher) = (&self.names, &self.hasher);
         self.by_name.insert_unique(hash, id, |id| {
-            hasher.hash_one(entries.get(position(*id)).map_or("", |e| names.get(e.name)))
+            hasher.hash_one(names.name_into(*id, &mut NameBuf::new()))
         });
         id
+    }
+
+    /// Every id deleted at least once, with how many times, in no order.
+    pub(crate) fn deleted_ids(&self) -> Vec<(u32, u32)> {
+        self.deletes.iter().map(|(id, deletes)| (*id, *deletes)).collect()
+    }
+
+    /// How many times id number `id` was deleted.
+    pub(crate) fn deletes_of(&self, id: u32) -> u32 {
+        self.deletes.get(&id).copied().unwrap_or(0)
     }
 
     /// The number of a scope, interning it if new, without allocating for a known one.
@@ -1064,7 +1235,7 @@ impl Index {
         version.id = id;
         version.prev = entry.latest;
         entry.latest = slot;
-        let generation = entry.deletes;
+        let generation = self.deletes.get(&id).copied().unwrap_or(0);
         self.set_rare(&mut version, expires_at, generation);
         let mut ended_live = false;
         if let Some(previous) = self.slots.get_mut(position(version.prev)) {
@@ -1145,11 +1316,12 @@ impl Index {
         let Some(id) = self.id_number(name) else {
             return false;
         };
-        let Some(entry) = self.ids.get_mut(position(id)) else {
+        let Some(entry) = self.ids.get(position(id)) else {
             return false;
         };
-        entry.deletes += 1;
-        if let Some(previous) = self.slots.get_mut(position(entry.latest)) {
+        let latest = entry.latest;
+        *self.deletes.entry(id).or_insert(0) += 1;
+        if let Some(previous) = self.slots.get_mut(position(latest)) {
             if previous.seq_ended == SEQ_OPEN {
                 previous.seq_ended = seq;
                 if !previous.is_retired() {
@@ -1177,6 +1349,7 @@ impl Index {
             names: ids.names,
             by_name: ids.by_name,
             hasher: ids.hasher,
+            deletes: ids.deletes,
             rare,
             ..Index::default()
         };
@@ -1341,7 +1514,9 @@ impl Index {
                 .map(KeySet::heap_bytes)
                 .sum::<u64>();
         let rare = (self.rare.capacity() * std::mem::size_of::<Rare>()) as u64;
-        self.slots.heap_bytes() + self.ids.heap_bytes() + self.names.heap_bytes() + by_name + sets + rare
+        // A deleted id's count: key and value plus a control byte, at the table's usual fill.
+        let deletes = self.deletes.capacity() as u64 * 9;
+        self.slots.heap_bytes() + self.ids.heap_bytes() + self.names.heap_bytes() + by_name + sets + rare + deletes
     }
 }
 
@@ -1602,7 +1777,69 @@ pub(crate) mod tests {
     fn entries_stay_small() {
         assert_eq!(std::mem::size_of::<VersionEntry>(), 64);
         assert_eq!(std::mem::size_of::<Rare>(), 16);
-        assert_eq!(std::mem::size_of::<IdEntry>(), 16);
+        assert_eq!(std::mem::size_of::<IdEntry>(), 4);
+    }
+
+    #[test]
+    fn names_are_found_by_number_and_by_name_across_chunks() {
+        let mut index = Index::default();
+        // Lengths 1 to 255 (multi-byte characters included) fill chunks to uneven ends, so that
+        // names end chunks at every position relative to the layout's marks.
+        let names: Vec<String> = (0..6000usize)
+            .map(|n| {
+                let len = 1 + (n * 7919) % 120;
+                let mut name = format!("{n}-");
+                while name.len() < len {
+                    name.push(if n % 5 == 0 { 'é' } else { 'x' });
+                }
+                name
+            })
+            .collect();
+        for (n, name) in names.iter().enumerate() {
+            index.apply_put(1 + n as u64, &put(name, "1", 5), HERE);
+        }
+        assert!(index.names.chunks.len() > 5, "the names span several chunks");
+        for (n, name) in names.iter().enumerate() {
+            let id = u32::try_from(n).unwrap();
+            assert_eq!(&index.id_name(id), name, "id {n}");
+            assert_eq!(index.id_number(name), Some(id), "id {n}");
+        }
+        let mut in_order = Vec::new();
+        index.for_each_id_name(|id, name| in_order.push((id, name.to_owned())));
+        assert!(in_order.iter().map(|(_, name)| name).eq(names.iter()));
+        assert!(in_order.iter().map(|(id, _)| *id).eq(0..6000));
+        assert_eq!(index.id_name(6000), "");
+        assert_eq!(index.id_number("6000-"), None);
+        assert_eq!(index.id_number("1-"), None, "a prefix of a known name");
+        // The arena a checkpoint's whole names build holds the same names.
+        let lengths: Vec<u8> = names.iter().map(|name| u8::try_from(name.len()).unwrap()).collect();
+        let whole = names.concat();
+        let rebuilt = NameArena::from_names(&[whole.as_str()], &lengths);
+        let mut buf = NameBuf::new();
+        for (n, name) in names.iter().enumerate() {
+            assert_eq!(rebuilt.name_into(u32::try_from(n).unwrap(), &mut buf), name);
+        }
+    }
+
+    #[test]
+    fn sequential_names_take_a_few_bytes_each() {
+        let mut arena = NameArena::default();
+        let names: Vec<String> = (0..100_000).map(|n| format!("item-{n:08}")).collect();
+        for name in &names {
+            arena.push(name);
+        }
+        let per_name = arena.heap_bytes() as f64 / 100_000.0;
+        assert!(per_name < 5.0, "{per_name} bytes per 13-byte name");
+        let mut buf = NameBuf::new();
+        for n in [0, 1, 15, 16, 17, 99_999] {
+            assert_eq!(arena.name_into(n, &mut buf), names[n as usize]);
+            assert!(arena.is(n, &names[n as usize]));
+            assert!(!arena.is(n, "item-1"));
+        }
+        // Shared prefixes stop at a character boundary and leave at least one byte.
+        for (last, name, shared) in [("aé", "aè", 1), ("abc", "abc", 2), ("abc", "ab", 1), ("x", "y", 0)] {
+            assert_eq!(shared_prefix(last, name), shared, "{last} {name}");
+        }
     }
 
     #[test]

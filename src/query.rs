@@ -7,7 +7,7 @@ use std::iter::Peekable;
 use serde_json::Value;
 
 use crate::error::{Error, Result};
-use crate::index::{Index, KeySet, Keys, VersionEntry};
+use crate::index::{Index, KeySet, Keys, NameBuf, VersionEntry};
 use crate::item::Scope;
 use crate::time::TimeRange;
 
@@ -396,14 +396,28 @@ fn emit<T>(
     out: &mut Vec<T>,
     limit: usize,
 ) -> Result<()> {
-    group.sort_unstable_by(|a, b| {
-        let order = index.id_name(a.id).cmp(index.id_name(b.id));
-        if query.newest_first {
-            order.reverse()
-        } else {
-            order
-        }
-    });
+    if group.len() > 1 {
+        // The names rebuilt once, back to back in one string, rather than at each comparison.
+        let mut names = String::new();
+        let mut buf = NameBuf::new();
+        let mut keyed: Vec<(std::ops::Range<usize>, &VersionEntry)> = group
+            .drain(..)
+            .map(|version| {
+                let start = names.len();
+                names.push_str(index.id_name_into(version.id, &mut buf));
+                (start..names.len(), version)
+            })
+            .collect();
+        keyed.sort_unstable_by(|(a, _), (b, _)| {
+            let order = names.get(a.clone()).cmp(&names.get(b.clone()));
+            if query.newest_first {
+                order.reverse()
+            } else {
+                order
+            }
+        });
+        group.extend(keyed.into_iter().map(|(_, version)| version));
+    }
     for version in group.drain(..) {
         if out.len() >= limit {
             break;

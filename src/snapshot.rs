@@ -364,7 +364,7 @@ fn with_record<R>(
             "the index points at a record that is not an item".into(),
         ));
     };
-    if put.id != index.id_name(version.id) || version_tag(put.version) != version.version_tag {
+    if !index.id_name_is(version.id, put.id) || version_tag(put.version) != version.version_tag {
         return Err(damaged(
             index,
             version,
@@ -406,7 +406,7 @@ pub(crate) fn read_identity(index: &Index, version: &VersionEntry) -> Result<(St
             ))
         }
     };
-    if id != index.id_name(version.id) || version_tag(found) != version.version_tag {
+    if !index.id_name_is(version.id, id) || version_tag(found) != version.version_tag {
         return Err(damaged(
             index,
             version,
