@@ -425,42 +425,80 @@ impl NameArena {
         self.last.push_str(name);
     }
 
-    /// Rebuilds the name of id number `id` in `buf`; empty if out of bounds.
-    fn name_into<'b>(&self, id: u32, buf: &'b mut NameBuf) -> &'b str {
-        buf.len = 0;
+    /// Hands `piece` the parts of id number `id`'s name that its bytes come from, last first: each
+    /// as the position in the name where it goes and its bytes, until the whole name is covered.
+    /// Returns the name's length, or `None` (having stopped) if `piece` says no or the id is out of
+    /// bounds.
+    fn pieces(&self, id: u32, mut piece: impl FnMut(usize, &[u8]) -> bool) -> Option<usize> {
         let id = position(id);
-        let Some(&mark) = self.marks.get(id / NAME_MARK) else {
-            return "";
-        };
+        let from = id - id % NAME_MARK;
+        let parts = self.parts.run(from..id + 1);
+        let &mark = self.marks.get(id / NAME_MARK)?;
+        if parts.len() != id + 1 - from {
+            return None;
+        }
+        // Where each part is: from the mark on, a part that ends its chunk is followed by the
+        // next chunk's first part.
+        let mut places = [(0usize, 0usize); NAME_MARK];
         let mut chunk = usize::try_from(mark >> 32).unwrap_or(usize::MAX);
         let mut offset = (mark & 0xffff_ffff) as usize;
-        for [shared, len] in self.parts.run(id - id % NAME_MARK..id + 1) {
-            let len = usize::from(*len);
-            // A part that ends its chunk is followed by the next chunk's first part.
-            if self.chunks.get(chunk).is_some_and(|c| offset == c.len()) {
+        let mut chunk_len = self.chunks.get(chunk).map_or(0, String::len);
+        for ([_, len], place) in parts.iter().zip(places.iter_mut()) {
+            if offset == chunk_len {
                 chunk += 1;
                 offset = 0;
+                chunk_len = self.chunks.get(chunk).map_or(0, String::len);
             }
-            let part = self
-                .chunks
-                .get(chunk)
-                .and_then(|c| c.as_bytes().get(offset..offset + len));
-            if !part.is_some_and(|part| buf.extend(usize::from(*shared), part)) {
-                buf.len = 0;
-                return "";
-            }
-            offset += len;
+            *place = (chunk, offset);
+            offset += usize::from(*len);
         }
+        // Backwards, each part gives the bytes from where it starts in its name up to where a
+        // later part took over: for sequential names, a few parts give all.
+        let &[shared, len] = parts.last()?;
+        let total = usize::from(shared) + usize::from(len);
+        let mut needed = total;
+        for ([shared, _], (chunk, offset)) in parts.iter().zip(places).rev() {
+            let shared = usize::from(*shared);
+            if shared < needed {
+                let bytes = self
+                    .chunks
+                    .get(chunk)
+                    .and_then(|c| c.as_bytes().get(offset..offset + (needed - shared)))?;
+                if !piece(shared, bytes) {
+                    return None;
+                }
+                needed = shared;
+            }
+            if needed == 0 {
+                return Some(total);
+            }
+        }
+        None
+    }
+
+    /// Rebuilds the name of id number `id` in `buf`; empty if out of bounds.
+    fn name_into<'b>(&self, id: u32, buf: &'b mut NameBuf) -> &'b str {
+        let bytes = &mut buf.bytes;
+        let len = self.pieces(id, |at, piece| {
+            bytes
+                .get_mut(at..at + piece.len())
+                .map(|place| place.copy_from_slice(piece))
+                .is_some()
+        });
+        buf.len = len.unwrap_or(0);
         buf.as_str()
     }
 
-    /// Whether id number `id` is named `name`.
+    /// Whether id number `id` is named `name`, compared piece by piece without rebuilding it.
     fn is(&self, id: u32, name: &str) -> bool {
+        let name = name.as_bytes();
         let fits = self
             .parts
             .get(position(id))
             .is_some_and(|[shared, len]| usize::from(*shared) + usize::from(*len) == name.len());
-        fits && self.name_into(id, &mut NameBuf::new()) == name
+        fits && self
+            .pieces(id, |at, piece| name.get(at..at + piece.len()) == Some(piece))
+            .is_some()
     }
 
     /// The length of id number `id`'s name.
@@ -1835,6 +1873,11 @@ pub(crate) mod tests {
             assert_eq!(arena.name_into(n, &mut buf), names[n as usize]);
             assert!(arena.is(n, &names[n as usize]));
             assert!(!arena.is(n, "item-1"));
+            // Same length, one byte off: in the mark's name, then in the middle.
+            let other = names[n as usize].replacen("item", "itex", 1);
+            assert!(!arena.is(n, &other));
+            let other = names[n as usize].replacen("-000", "-010", 1);
+            assert!(!arena.is(n, &other));
         }
         // Shared prefixes stop at a character boundary and leave at least one byte.
         for (last, name, shared) in [("aé", "aè", 1), ("abc", "abc", 2), ("abc", "ab", 1), ("x", "y", 0)] {
