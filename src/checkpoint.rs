@@ -12,7 +12,7 @@ use std::sync::Arc;
 use crate::error::{Error, Result};
 use crate::index::{
     ChunkVec, IdTable, Index, Interner, KeySet, Location, NameArena, PinInfo, Rare, VersionEntry, VersionState, CHUNK,
-    NAME_CHUNK, NO_SLOT, SEQ_OPEN,
+    NO_SLOT, SEQ_OPEN,
 };
 use crate::item::{Scope, TypeSpec};
 use crate::log::record::Cursor;
@@ -23,7 +23,7 @@ use crate::store::Shared;
 /// The magic bytes that open every checkpoint file.
 const CHECKPOINT_MAGIC: [u8; 8] = *b"CTXLOGCP";
 /// The checkpoint format version this build writes and reads.
-const CHECKPOINT_VERSION: u32 = 4;
+const CHECKPOINT_VERSION: u32 = 5;
 /// Bytes of the checkpoint header: magic, version, reserved, seq, body length.
 const CHECKPOINT_HEADER_BYTES: usize = 8 + 4 + 4 + 8 + 8;
 /// Bytes of one version in the version table.
@@ -213,35 +213,20 @@ fn encode_body_into(body: &mut Vec<u8>, index: &Index, segments: &[SegmentMark])
     }
 }
 
-/// The id names whole: a length byte per id, then the chunks of whole names (each at most
-/// [`NAME_CHUNK`] bytes, a chunk started when the next name would not fit).
+/// The id names as the name arena holds them (front-coded, see [`NameArena`]): the shared and
+/// stored lengths of each id's name, then the chunks of stored parts (each at most
+/// [`crate::index::NAME_CHUNK`]
+/// bytes), copied whole.
 fn put_names(body: &mut Vec<u8>, index: &Index) {
-    let ids = u32::try_from(index.id_count()).unwrap_or(u32::MAX);
-    let mut chunk_lens = Vec::new();
-    let mut current = 0;
-    for id in 0..ids {
-        let len = index.id_name_len(id);
-        if current + len > NAME_CHUNK {
-            chunk_lens.push(current);
-            current = 0;
-        }
-        body.push(u8::try_from(len).unwrap_or(u8::MAX));
-        current += len;
+    let (parts, chunks) = index.name_arena().parts_and_chunks();
+    for part in parts {
+        body.extend_from_slice(part);
     }
-    if current > 0 {
-        chunk_lens.push(current);
+    put_count(body, chunks.len());
+    for chunk in chunks {
+        put_count(body, chunk.len());
+        body.extend_from_slice(chunk.as_bytes());
     }
-    put_count(body, chunk_lens.len());
-    let mut chunk_lens = chunk_lens.into_iter();
-    let mut left = 0;
-    index.for_each_id_name(|_, name| {
-        if left == 0 {
-            left = chunk_lens.next().unwrap_or(0);
-            put_count(body, left);
-        }
-        body.extend_from_slice(name.as_bytes());
-        left = left.saturating_sub(name.len());
-    });
 }
 
 /// The checkpoint file for `seq` around `body`: header, body, CRC. Needs no lock.
@@ -713,8 +698,8 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Loaded, String> {
         return Err("too many types".into());
     }
     let count = c.u32("id count").map_err(e)?;
-    let id_count = bounded(count, 1, &c, total, "id")?;
-    let lengths = c.take(id_count, "id name lengths").map_err(e)?;
+    let id_count = bounded(count, 2, &c, total, "id")?;
+    let (parts, _) = c.take(id_count * 2, "id name parts").map_err(e)?.as_chunks::<2>();
     let count = c.u32("name chunk count").map_err(e)?;
     let mut chunks = Vec::with_capacity(bounded(count, 4, &c, total, "name chunk")?);
     for _ in 0..count {
@@ -761,10 +746,10 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Loaded, String> {
     // versions; the other copies the names and decodes versions.
     let (ids_and_versions, (arena, versions_here)) = join(
         || {
-            let ids = IdTable::from_name_chunks(&names, lengths);
+            let ids = IdTable::from_name_parts(&names, parts);
             (ids, versions.decode_chunks())
         },
-        || (NameArena::from_names(&names, lengths), versions.decode_chunks()),
+        || (NameArena::from_parts(&names, parts), versions.decode_chunks()),
     );
     let (ids, versions_there) = ids_and_versions.ok_or("the id table was not built")?;
     let mut decoded = versions_here?;
@@ -897,6 +882,7 @@ pub(crate) fn install(storage: &dyn Storage, dir: &Path, seq: u64, bytes: &[u8])
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::index::NAME_CHUNK;
 
     #[test]
     fn names_sort_like_numbers() {
@@ -952,7 +938,8 @@ mod tests {
         assert_eq!(loaded.index.versions_of(0).count(), 2);
 
         let mut twice = body.clone();
-        replace(&mut twice, b"aaab", b"aaaa");
+        // Front-coded, "aa" and "ab" are stored as "aa" and "b" after one shared byte.
+        replace(&mut twice, b"aab", b"aaa");
         let why = decode(&seal(3, &twice)).err().expect("a name listed twice");
         assert!(why.contains("listed twice"), "{why}");
 
@@ -1062,27 +1049,42 @@ mod tests {
             assert_eq!(loaded.index.id_name(u32::try_from(n).expect("small")), name(n));
         }
         assert!(loaded.index.visible(&name(2000), 2000).is_none());
-        // The checkpoint stores the names whole (the arena front-codes them): 2,000 length bytes,
-        // then four chunks of whole names, each with its length.
+        // The checkpoint stores the names as the arena holds them, front-coded: two bytes per id,
+        // then one chunk (a mark's name whole every 16 ids, one to three bytes for the others).
         let mut names = Vec::new();
         put_names(&mut names, &index);
-        assert!(names.get(..2000) == Some(&[100u8; 2000][..]));
-        assert_eq!(names.get(2000..2004), Some(&4u32.to_le_bytes()[..]));
-        assert_eq!(names.len(), 2000 + 4 + 4 * 4 + 2000 * 100);
+        assert_eq!(names.get(..2), Some(&[0u8, 100][..]));
+        assert_eq!(names.get(2..4), Some(&[99u8, 1][..]));
+        assert_eq!(names.get(4000..4004), Some(&1u32.to_le_bytes()[..]));
+        let chunk = u32::from_le_bytes(names[4004..4008].try_into().expect("4 bytes")) as usize;
+        assert_eq!(names.len(), 4008 + chunk);
+        assert!(chunk < 2000 * 100 / 10, "{chunk} bytes for 2,000 names of 100");
 
-        let table = |chunks: &[&[u8]], lengths: &[u8]| IdTable::from_name_chunk_bytes(chunks, lengths).err();
-        assert!(table(&[b"abcd"], &[2, 2]).is_none());
+        let table = |chunks: &[&[u8]], parts: &[[u8; 2]]| IdTable::from_name_chunk_bytes(chunks, parts).err();
+        assert!(table(&[b"abcd"], &[[0, 2], [0, 2]]).is_none());
+        assert!(table(&[b"abc"], &[[0, 2], [1, 1]]).is_none(), "ab, ac");
         assert!(table(&[], &[]).is_none());
+        let seventeen = b"abcdefghijklmnopq";
+        let mut marked = vec![[0, 1]; 17];
+        marked[16] = [1, 1];
+        let mut long = vec![b'a'; 255];
+        long.push(b'b');
         let refused = [
-            (table(&[b"abcd"], &[2, 0, 2]), "empty name"),
-            (table(&[b"abc", b"d"], &[2, 2]), "does not fit"),
-            (table(&[b"abcd"], &[2, 3]), "does not fit"),
-            (table(&[b"abcde"], &[2, 2]), "after the last id name"),
-            (table(&[b"ab", b""], &[2]), "after the last id name"),
-            (table(&[b"abab"], &[2, 2]), "listed twice"),
-            (table(&[b"a\xff"], &[1, 1]), "not UTF-8"),
-            (table(&["aé".as_bytes()], &[2, 1]), "does not fit"),
-            (table(&[&vec![b'a'; NAME_CHUNK + 1]], &[255]), "more than"),
+            (table(&[b"abcd"], &[[0, 2], [0, 0], [0, 2]]), "empty name part"),
+            (table(&[b"abcd"], &[[1, 2], [0, 2]]), "not stored whole"),
+            (table(&[seventeen], &marked), "not stored whole"),
+            (table(&[b"abcd"], &[[0, 2], [3, 2]]), "shares 3 bytes"),
+            (table(&["éx".as_bytes()], &[[0, 2], [1, 1]]), "shares 1 bytes"),
+            (table(&[b"abc", b"d"], &[[0, 2], [0, 2]]), "does not fit"),
+            (table(&[b"abcd"], &[[0, 2], [0, 3]]), "does not fit"),
+            (table(&["aé".as_bytes()], &[[0, 2], [0, 1]]), "does not fit"),
+            (table(&[b"abcde"], &[[0, 2], [0, 2]]), "after the last id"),
+            (table(&[b"ab", b""], &[[0, 2]]), "after the last id"),
+            (table(&[b"abab"], &[[0, 2], [0, 2]]), "listed twice"),
+            (table(&[b"abb"], &[[0, 2], [1, 1]]), "listed twice"),
+            (table(&[&long], &[[0, 255], [255, 1]]), "longer than 255"),
+            (table(&[b"a\xff"], &[[0, 1], [0, 1]]), "not UTF-8"),
+            (table(&[&vec![b'a'; NAME_CHUNK + 1]], &[[0, 255]]), "more than"),
         ];
         for (why, expected) in refused {
             let why = why.unwrap_or_default();

@@ -392,6 +392,58 @@ fn shared_prefix(last: &str, name: &str) -> usize {
     shared
 }
 
+/// Hands `piece` the parts that the bytes of a name come from, last first: each as the position in
+/// the name where it goes and its bytes, until the whole name is covered. `parts` are those of the
+/// ids from a mark to the name's, and `mark` where the first of them is in `chunks`. Returns the
+/// name's length, or `None` (having stopped) if `piece` says no or the parts do not fit.
+fn name_pieces<S: AsRef<str>>(
+    chunks: &[S],
+    parts: &[[u8; 2]],
+    mark: u64,
+    mut piece: impl FnMut(usize, &[u8]) -> bool,
+) -> Option<usize> {
+    if parts.is_empty() || parts.len() > NAME_MARK {
+        return None;
+    }
+    // Where each part is: from the mark on, a part that ends its chunk is followed by the next
+    // chunk's first part.
+    let mut places = [(0usize, 0usize); NAME_MARK];
+    let mut chunk = usize::try_from(mark >> 32).unwrap_or(usize::MAX);
+    let mut offset = (mark & 0xffff_ffff) as usize;
+    let chunk_len = |chunk: usize| chunks.get(chunk).map_or(0, |c| c.as_ref().len());
+    let mut len_here = chunk_len(chunk);
+    for ([_, len], place) in parts.iter().zip(places.iter_mut()) {
+        if offset == len_here {
+            chunk += 1;
+            offset = 0;
+            len_here = chunk_len(chunk);
+        }
+        *place = (chunk, offset);
+        offset += usize::from(*len);
+    }
+    // Backwards, each part gives the bytes from where it starts in its name up to where a later
+    // part took over: for sequential names, a few parts give all.
+    let &[shared, len] = parts.last()?;
+    let total = usize::from(shared) + usize::from(len);
+    let mut needed = total;
+    for ([shared, _], (chunk, offset)) in parts.iter().zip(places).rev() {
+        let shared = usize::from(*shared);
+        if shared < needed {
+            let bytes = chunks
+                .get(chunk)
+                .and_then(|c| c.as_ref().as_bytes().get(offset..offset + (needed - shared)))?;
+            if !piece(shared, bytes) {
+                return None;
+            }
+            needed = shared;
+        }
+        if needed == 0 {
+            return Some(total);
+        }
+    }
+    None
+}
+
 impl NameArena {
     /// Stores the name of the next id (at most [`NAME_MAX`] bytes, cut at a character boundary).
     fn push(&mut self, name: &str) {
@@ -425,55 +477,12 @@ impl NameArena {
         self.last.push_str(name);
     }
 
-    /// Hands `piece` the parts of id number `id`'s name that its bytes come from, last first: each
-    /// as the position in the name where it goes and its bytes, until the whole name is covered.
-    /// Returns the name's length, or `None` (having stopped) if `piece` says no or the id is out of
-    /// bounds.
-    fn pieces(&self, id: u32, mut piece: impl FnMut(usize, &[u8]) -> bool) -> Option<usize> {
+    /// [`name_pieces`] of id number `id`.
+    fn pieces(&self, id: u32, piece: impl FnMut(usize, &[u8]) -> bool) -> Option<usize> {
         let id = position(id);
         let from = id - id % NAME_MARK;
-        let parts = self.parts.run(from..id + 1);
         let &mark = self.marks.get(id / NAME_MARK)?;
-        if parts.len() != id + 1 - from {
-            return None;
-        }
-        // Where each part is: from the mark on, a part that ends its chunk is followed by the
-        // next chunk's first part.
-        let mut places = [(0usize, 0usize); NAME_MARK];
-        let mut chunk = usize::try_from(mark >> 32).unwrap_or(usize::MAX);
-        let mut offset = (mark & 0xffff_ffff) as usize;
-        let mut chunk_len = self.chunks.get(chunk).map_or(0, String::len);
-        for ([_, len], place) in parts.iter().zip(places.iter_mut()) {
-            if offset == chunk_len {
-                chunk += 1;
-                offset = 0;
-                chunk_len = self.chunks.get(chunk).map_or(0, String::len);
-            }
-            *place = (chunk, offset);
-            offset += usize::from(*len);
-        }
-        // Backwards, each part gives the bytes from where it starts in its name up to where a
-        // later part took over: for sequential names, a few parts give all.
-        let &[shared, len] = parts.last()?;
-        let total = usize::from(shared) + usize::from(len);
-        let mut needed = total;
-        for ([shared, _], (chunk, offset)) in parts.iter().zip(places).rev() {
-            let shared = usize::from(*shared);
-            if shared < needed {
-                let bytes = self
-                    .chunks
-                    .get(chunk)
-                    .and_then(|c| c.as_bytes().get(offset..offset + (needed - shared)))?;
-                if !piece(shared, bytes) {
-                    return None;
-                }
-                needed = shared;
-            }
-            if needed == 0 {
-                return Some(total);
-            }
-        }
-        None
+        name_pieces(&self.chunks, self.parts.run(from..id + 1), mark, piece)
     }
 
     /// Rebuilds the name of id number `id` in `buf`; empty if out of bounds.
@@ -530,26 +539,43 @@ impl NameArena {
         }
     }
 
-    /// The arena of the names a checkpoint stores whole: `lengths` has one byte per id, and the
-    /// names are back to back in `chunks` (which [`IdTable::from_name_chunks`] checks).
-    pub(crate) fn from_names(chunks: &[&str], lengths: &[u8]) -> NameArena {
-        let mut arena = NameArena::default();
+    /// A copy of the names a checkpoint stores as the arena holds them: `parts` has the shared and
+    /// stored lengths of each id, and the parts are back to back in `chunks`. The layout is checked
+    /// by [`IdTable::from_name_parts`] (on another thread, from the same bytes); this only copies it.
+    pub(crate) fn from_parts(chunks: &[&str], parts: &[[u8; 2]]) -> NameArena {
+        let mut arena = NameArena {
+            chunks: chunks
+                .iter()
+                .map(|text| {
+                    let mut chunk = String::with_capacity(NAME_CHUNK);
+                    chunk.push_str(text);
+                    chunk
+                })
+                .collect(),
+            parts: ChunkVec::from_chunks(parts.chunks(CHUNK).map(<[[u8; 2]]>::to_vec).collect()),
+            marks: Vec::with_capacity(parts.len().div_ceil(NAME_MARK)),
+            last: String::new(),
+        };
         let (mut chunk, mut offset) = (0usize, 0usize);
-        for len in lengths {
-            let len = usize::from(*len);
-            if chunks.get(chunk).is_some_and(|c| offset == c.len()) {
+        for (id, [_, len]) in parts.iter().enumerate() {
+            if arena.chunks.get(chunk).is_some_and(|c| offset == c.len()) {
                 chunk += 1;
                 offset = 0;
             }
-            arena.push(
-                chunks
-                    .get(chunk)
-                    .and_then(|c| c.get(offset..offset + len))
-                    .unwrap_or(""),
-            );
-            offset += len;
+            if id.is_multiple_of(NAME_MARK) {
+                arena.marks.push(((chunk as u64) << 32) | offset as u64);
+            }
+            offset += usize::from(*len);
+        }
+        if let Some(last) = parts.len().checked_sub(1).and_then(|id| u32::try_from(id).ok()) {
+            arena.last = arena.name_into(last, &mut NameBuf::new()).to_owned();
         }
         arena
+    }
+
+    /// The shared and stored lengths of each id's name, in id order, and the chunks of parts.
+    pub(crate) fn parts_and_chunks(&self) -> (impl Iterator<Item = &[u8; 2]> + '_, &[String]) {
+        (self.parts.iter(), &self.chunks)
     }
 
     fn heap_bytes(&self) -> u64 {
@@ -642,30 +668,50 @@ impl IdTable {
             .collect()
     }
 
-    /// The table of the ids whose names are stored in `chunks` as the name arena holds them: names
-    /// back to back, each chunk filled with whole names up to its exact length. `lengths` has one
-    /// byte per id, in the order of their numbers. An empty name, a name that spans two chunks or
-    /// splits a character, and a name listed twice are errors. The table reads the names from
-    /// `chunks`; its own copy of them ([`NameArena::from_chunks`], made on another thread meanwhile)
-    /// is put in with [`IdTable::with_names`].
-    pub(crate) fn from_name_chunks(chunks: &[&str], lengths: &[u8]) -> Result<IdTable, String> {
+    /// The table of the ids whose names a checkpoint stores as the name arena holds them: `parts`
+    /// has, per id in the order of their numbers, the bytes its name shares with the previous id's
+    /// name and the bytes stored, and the stored parts are back to back in `chunks` (each filled with
+    /// whole parts up to its exact length). An empty part, a part that spans two chunks or splits a
+    /// character, a shared length past the previous name or inside a character, a marked id's
+    /// name not stored whole, a name longer than 255 bytes and a name listed twice are errors. The
+    /// table reads the names from `chunks`; its own copy of them ([`NameArena::from_parts`], made on
+    /// another thread meanwhile) is put in with [`IdTable::with_names`].
+    pub(crate) fn from_name_parts(chunks: &[&str], parts: &[[u8; 2]]) -> Result<IdTable, String> {
+        let hasher = foldhash::fast::RandomState::default();
         let mut ids = ChunkVec::default();
-        let mut names = Vec::with_capacity(lengths.len());
+        let mut hashes = Vec::with_capacity(parts.len());
+        let mut marks = Vec::with_capacity(parts.len().div_ceil(NAME_MARK));
+        let mut name = NameBuf::new();
         let (mut chunk, mut offset) = (0usize, 0usize);
-        for (id, len) in lengths.iter().enumerate() {
-            let len = usize::from(*len);
+        for (id, [shared, len]) in parts.iter().enumerate() {
+            let (shared, len) = (usize::from(*shared), usize::from(*len));
             if len == 0 {
-                return Err(format!("id number {id} has an empty name"));
+                return Err(format!("id number {id} has an empty name part"));
+            }
+            if id.is_multiple_of(NAME_MARK) && shared != 0 {
+                return Err(format!("the name of id number {id} is not stored whole"));
+            }
+            if !name.as_str().is_char_boundary(shared) {
+                return Err(format!(
+                    "the name of id number {id} shares {shared} bytes of a previous name of {}",
+                    name.len
+                ));
             }
             if chunks.get(chunk).is_some_and(|c| offset == c.len()) {
                 chunk += 1;
                 offset = 0;
             }
-            let Some(name) = chunks.get(chunk).and_then(|c| c.get(offset..offset + len)) else {
+            let Some(part) = chunks.get(chunk).and_then(|c| c.get(offset..offset + len)) else {
                 return Err(format!("the name of id number {id} does not fit its chunk"));
             };
+            if !name.extend(shared, part.as_bytes()) {
+                return Err(format!("the name of id number {id} is longer than {NAME_MAX} bytes"));
+            }
+            if id.is_multiple_of(NAME_MARK) {
+                marks.push(((chunk as u64) << 32) | offset as u64);
+            }
+            hashes.push(hasher.hash_one(name.as_str()));
             ids.push(IdEntry { latest: NO_SLOT });
-            names.push(name);
             offset += len;
         }
         let all_used = match chunks.len().checked_sub(1) {
@@ -673,19 +719,33 @@ impl IdTable {
             Some(last) => chunk == last && chunks.get(last).is_some_and(|c| offset == c.len()),
         };
         if !all_used {
-            return Err("the name chunks hold bytes after the last id name".into());
+            return Err("the name chunks hold bytes after the last id's name".into());
         }
         let mut table = IdTable {
             ids,
             names: NameArena::default(),
-            by_name: HashTable::with_capacity(lengths.len()),
-            hasher: foldhash::fast::RandomState::default(),
+            by_name: HashTable::with_capacity(parts.len()),
+            hasher,
             deletes: FastMap::default(),
         };
-        let hashes: Vec<u64> = names.iter().map(|name| table.hasher.hash_one(name)).collect();
-        let name_of = |id: u32| names.get(position(id)).copied().unwrap_or("");
-        fill_lookup(&mut table.by_name, &hashes, |a, b| name_of(a) == name_of(b))
-            .map_err(|id| format!("id {:?} is listed twice", name_of(id)))?;
+        let name_of = |id: u32, buf: &mut NameBuf| {
+            let id = position(id);
+            let from = id - id % NAME_MARK;
+            let len = marks.get(id / NAME_MARK).and_then(|mark| {
+                let bytes = &mut buf.bytes;
+                name_pieces(chunks, parts.get(from..=id)?, *mark, |at, piece| {
+                    bytes
+                        .get_mut(at..at + piece.len())
+                        .map(|place| place.copy_from_slice(piece))
+                        .is_some()
+                })
+            });
+            buf.len = len.unwrap_or(0);
+            buf.as_str().to_owned()
+        };
+        let same_name = |a: u32, b: u32| name_of(a, &mut NameBuf::new()) == name_of(b, &mut NameBuf::new());
+        fill_lookup(&mut table.by_name, &hashes, same_name)
+            .map_err(|id| format!("id {:?} is listed twice", name_of(id, &mut NameBuf::new())))?;
         crate::checkpoint::drop_in_background(hashes);
         Ok(table)
     }
@@ -696,12 +756,12 @@ impl IdTable {
         self
     }
 
-    /// All of [`IdTable::name_chunks_as_text`], [`IdTable::from_name_chunks`] and
-    /// [`NameArena::from_names`] on one thread.
+    /// All of [`IdTable::name_chunks_as_text`], [`IdTable::from_name_parts`] and
+    /// [`NameArena::from_parts`] on one thread.
     #[cfg(test)]
-    pub(crate) fn from_name_chunk_bytes(chunks: &[&[u8]], lengths: &[u8]) -> Result<IdTable, String> {
+    pub(crate) fn from_name_chunk_bytes(chunks: &[&[u8]], parts: &[[u8; 2]]) -> Result<IdTable, String> {
         let text = IdTable::name_chunks_as_text(chunks)?;
-        Ok(IdTable::from_name_chunks(&text, lengths)?.with_names(NameArena::from_names(&text, lengths)))
+        Ok(IdTable::from_name_parts(&text, parts)?.with_names(NameArena::from_parts(&text, parts)))
     }
 
     /// Sets the delete count of id number `id`.
@@ -1078,7 +1138,13 @@ impl Index {
         self.names.name_len(id)
     }
 
+    /// The name arena (for checkpoints, which store it as it is).
+    pub(crate) fn name_arena(&self) -> &NameArena {
+        &self.names
+    }
+
     /// Calls `each` with every id's number and name, in id order.
+    #[cfg(test)]
     pub(crate) fn for_each_id_name(&self, each: impl FnMut(u32, &str)) {
         self.names.for_each(each);
     }
@@ -1849,14 +1915,23 @@ pub(crate) mod tests {
         assert_eq!(index.id_name(6000), "");
         assert_eq!(index.id_number("6000-"), None);
         assert_eq!(index.id_number("1-"), None, "a prefix of a known name");
-        // The arena a checkpoint's whole names build holds the same names.
-        let lengths: Vec<u8> = names.iter().map(|name| u8::try_from(name.len()).unwrap()).collect();
-        let whole = names.concat();
-        let rebuilt = NameArena::from_names(&[whole.as_str()], &lengths);
+        // The arena copied from its parts and chunks (as a checkpoint loads it) holds the same
+        // names, and the next name is coded against the last one, as in the original.
+        let (parts, chunks) = index.names.parts_and_chunks();
+        let parts: Vec<[u8; 2]> = parts.copied().collect();
+        let chunks: Vec<&str> = chunks.iter().map(String::as_str).collect();
+        let mut rebuilt = NameArena::from_parts(&chunks, &parts);
         let mut buf = NameBuf::new();
         for (n, name) in names.iter().enumerate() {
             assert_eq!(rebuilt.name_into(u32::try_from(n).unwrap(), &mut buf), name);
         }
+        let mut original = index.names.clone();
+        for arena in [&mut rebuilt, &mut original] {
+            arena.push("5999-y");
+            assert_eq!(arena.name_into(6000, &mut buf), "5999-y");
+        }
+        assert_eq!(rebuilt.parts.iter().last(), original.parts.iter().last());
+        assert!(IdTable::from_name_parts(&chunks, &parts).is_ok());
     }
 
     #[test]
