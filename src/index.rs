@@ -332,7 +332,7 @@ const NAME_MAX: usize = 255;
 /// part ends its chunk exactly when it ends where the chunk does). Every [`NAME_MARK`]-th name is
 /// stored whole, and where it starts is kept. Per id: two bytes (shared and stored lengths) and
 /// the stored part, so that sequential and structured ids (`item-00000017`, `s4/chunk-9`) take a
-/// few bytes each, and random ones one byte more than their length.
+/// few bytes each, and random ones two bytes more than their length.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct NameArena {
     chunks: Vec<String>,
