@@ -552,7 +552,17 @@ impl NameArena {
                     chunk
                 })
                 .collect(),
-            parts: ChunkVec::from_chunks(parts.chunks(CHUNK).map(<[[u8; 2]]>::to_vec).collect()),
+            // Each chunk with room for CHUNK entries, as pushing allocates them.
+            parts: ChunkVec::from_chunks(
+                parts
+                    .chunks(CHUNK)
+                    .map(|run| {
+                        let mut chunk = Vec::with_capacity(CHUNK);
+                        chunk.extend_from_slice(run);
+                        chunk
+                    })
+                    .collect(),
+            ),
             marks: Vec::with_capacity(parts.len().div_ceil(NAME_MARK)),
             last: String::new(),
         };
