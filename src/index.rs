@@ -1944,6 +1944,86 @@ pub(crate) mod tests {
         assert!(IdTable::from_name_parts(&chunks, &parts).is_ok());
     }
 
+    /// Names drawn from a few stems and alphabets (multi-byte characters included), so that
+    /// neighbours often share prefixes of every length and sometimes share nothing.
+    fn arb_names() -> impl proptest::strategy::Strategy<Value = Vec<String>> {
+        use proptest::prelude::*;
+        let piece = prop_oneof![
+            Just("item-".to_owned()),
+            Just("s/".to_owned()),
+            Just("é".to_owned()),
+            Just("日本".to_owned()),
+            "[a-c0-2]{1,3}",
+            "[x-zé]{0,40}",
+        ];
+        prop::collection::vec(prop::collection::vec(piece, 1..6), 0..400).prop_map(|names| {
+            let mut seen = std::collections::HashSet::new();
+            names
+                .into_iter()
+                .map(|pieces| {
+                    let mut name = pieces.concat();
+                    name.truncate(
+                        name.char_indices()
+                            .map(|(at, c)| at + c.len_utf8())
+                            .take_while(|end| *end <= 128)
+                            .last()
+                            .unwrap_or(0),
+                    );
+                    name
+                })
+                .filter(|name| !name.is_empty() && seen.insert(name.clone()))
+                .collect()
+        })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+        /// The front-coded arena against a plain list of the names: every name rebuilt, compared
+        /// (with itself and its neighbours), measured and found; the copy a checkpoint loads
+        /// (parts and chunks) holds the same and passes the loader's checks.
+        #[test]
+        fn the_name_arena_holds_exactly_the_names_pushed(filler in 520usize..560, drawn in arb_names()) {
+            // 120-byte names that share nothing with their neighbours fill most of a chunk, so
+            // that the first chunk ends among the drawn names or just before them.
+            let mut names: Vec<String> = (0..filler)
+                .map(|n| format!("{}{n:0>119}", char::from(b'A' + (n % 26) as u8)))
+                .collect();
+            names.extend(drawn);
+            let mut index = Index::default();
+            for (n, name) in names.iter().enumerate() {
+                index.apply_put(1 + n as u64, &put(name, "1", 5), HERE);
+            }
+            let arena = &index.names;
+            let mut buf = NameBuf::new();
+            for (n, name) in names.iter().enumerate() {
+                let id = u32::try_from(n).unwrap();
+                proptest::prop_assert_eq!(arena.name_into(id, &mut buf), name.as_str());
+                proptest::prop_assert!(arena.is(id, name));
+                proptest::prop_assert_eq!(arena.name_len(id), name.len());
+                proptest::prop_assert_eq!(index.id_number(name), Some(id));
+                for other in [n.wrapping_sub(1), n + 1] {
+                    if let Some(other) = names.get(other) {
+                        proptest::prop_assert!(!arena.is(id, other));
+                    }
+                }
+            }
+            let mut all = Vec::new();
+            arena.for_each(|_, name| all.push(name.to_owned()));
+            proptest::prop_assert_eq!(&all, &names);
+            let (parts, chunks) = arena.parts_and_chunks();
+            proptest::prop_assert!(chunks.len() >= 2 || filler * 120 < NAME_CHUNK);
+            let parts: Vec<[u8; 2]> = parts.copied().collect();
+            let chunks: Vec<&str> = chunks.iter().map(String::as_str).collect();
+            let table = IdTable::from_name_parts(&chunks, &parts);
+            proptest::prop_assert!(table.is_ok(), "{:?}", table.err());
+            let copy = NameArena::from_parts(&chunks, &parts);
+            for (n, name) in names.iter().enumerate() {
+                proptest::prop_assert_eq!(copy.name_into(u32::try_from(n).unwrap(), &mut buf), name.as_str());
+            }
+            proptest::prop_assert_eq!(&copy.last, &arena.last);
+        }
+    }
+
     #[test]
     fn sequential_names_take_a_few_bytes_each() {
         let mut arena = NameArena::default();
