@@ -861,12 +861,256 @@ pub(crate) fn key_of(slots: &ChunkVec<VersionEntry>, slot: u32) -> (i64, u32) {
 /// there are this many (or an eighth of the array, if more).
 const DELTA_MERGE_AT: usize = 4096;
 
+/// A run of consecutive slot numbers in a [`SortedSlots`]: its first slot, and the position in the
+/// array just after it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Run {
+    first: u32,
+    end: usize,
+}
+
+/// Runs per entry, at most, for an array to be kept as runs: from an eighth on, plain slots take
+/// less room (a run takes 8 or 16 bytes, a plain slot 4).
+const RUNS_PER_ENTRY_MAX: usize = 8;
+
+/// The sorted array of an ordered set: its slots, or, while they come in long runs of consecutive
+/// numbers (the time set of items added in time order, whose slots are numbered in the order they
+/// were added), those runs. The positions are the same either way.
+#[derive(Debug, Clone)]
+enum SortedSlots {
+    Plain(Vec<u32>),
+    Runs(Vec<Run>),
+}
+
+impl Default for SortedSlots {
+    fn default() -> Self {
+        SortedSlots::Runs(Vec::new())
+    }
+}
+
+impl SortedSlots {
+    /// The array of `slots`, as runs if they come in long enough ones.
+    fn from_vec(slots: Vec<u32>) -> SortedSlots {
+        let runs = 1 + slots
+            .iter()
+            .zip(slots.iter().skip(1))
+            .filter(|(a, b)| a.checked_add(1) != Some(**b))
+            .count();
+        if slots.is_empty() || runs.saturating_mul(RUNS_PER_ENTRY_MAX) > slots.len() {
+            return SortedSlots::Plain(slots);
+        }
+        let mut list = SortedSlots::Runs(Vec::with_capacity(runs));
+        for slot in slots {
+            list.push(slot);
+        }
+        list
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            SortedSlots::Plain(slots) => slots.len(),
+            SortedSlots::Runs(runs) => runs.last().map_or(0, |run| run.end),
+        }
+    }
+
+    /// Where run `at` starts.
+    fn run_start(runs: &[Run], at: usize) -> usize {
+        at.checked_sub(1)
+            .and_then(|before| runs.get(before))
+            .map_or(0, |run| run.end)
+    }
+
+    fn last(&self) -> Option<u32> {
+        match self {
+            SortedSlots::Plain(slots) => slots.last().copied(),
+            SortedSlots::Runs(runs) => {
+                let last = runs.len().checked_sub(1)?;
+                let run = runs.get(last)?;
+                let count = run.end - SortedSlots::run_start(runs, last);
+                Some(run.first + u32::try_from(count - 1).unwrap_or(u32::MAX))
+            }
+        }
+    }
+
+    /// The slot at `position`.
+    fn get(&self, position: usize) -> Option<u32> {
+        match self {
+            SortedSlots::Plain(slots) => slots.get(position).copied(),
+            SortedSlots::Runs(runs) => {
+                let at = runs.partition_point(|run| run.end <= position);
+                let run = runs.get(at)?;
+                let offset = position - SortedSlots::run_start(runs, at);
+                Some(run.first + u32::try_from(offset).ok()?)
+            }
+        }
+    }
+
+    /// Appends `slot`; runs that grow too many per entry become plain slots.
+    fn push(&mut self, slot: u32) {
+        let follows = self.last().and_then(|last| last.checked_add(1)) == Some(slot);
+        let len = self.len();
+        let too_many = match self {
+            SortedSlots::Plain(slots) => {
+                slots.push(slot);
+                false
+            }
+            SortedSlots::Runs(runs) => {
+                match runs.last_mut() {
+                    Some(run) if follows => run.end += 1,
+                    _ => runs.push(Run {
+                        first: slot,
+                        end: len + 1,
+                    }),
+                }
+                // Some slack, so that a short array does not turn plain at its first gaps.
+                runs.len().saturating_mul(RUNS_PER_ENTRY_MAX) > len + 1 + 64
+            }
+        };
+        if too_many {
+            *self = SortedSlots::Plain(self.to_vec());
+        }
+    }
+
+    /// The first position whose slot `pred` says no to (`pred` says yes, then no, along the array).
+    fn partition_point(&self, mut pred: impl FnMut(u32) -> bool) -> usize {
+        match self {
+            SortedSlots::Plain(slots) => slots.partition_point(|slot| pred(*slot)),
+            SortedSlots::Runs(_) => {
+                let (mut low, mut high) = (0usize, self.len());
+                while low < high {
+                    let middle = low + (high - low) / 2;
+                    if self.get(middle).is_some_and(&mut pred) {
+                        low = middle + 1;
+                    } else {
+                        high = middle;
+                    }
+                }
+                low
+            }
+        }
+    }
+
+    /// The slots at positions `from..to`, in order (or reversed).
+    fn iter(&self, from: usize, to: usize) -> SlotIter<'_> {
+        let to = to.min(self.len());
+        let from = from.min(to);
+        match self {
+            SortedSlots::Plain(slots) => SlotIter::Plain(slots.get(from..to).unwrap_or_default().iter()),
+            SortedSlots::Runs(runs) => SlotIter::Runs {
+                runs,
+                front: from,
+                back: to,
+                front_run: runs.partition_point(|run| run.end <= from),
+                back_run: runs.partition_point(|run| run.end < to),
+            },
+        }
+    }
+
+    /// Every slot, in order.
+    fn to_vec(&self) -> Vec<u32> {
+        match self {
+            SortedSlots::Plain(slots) => slots.clone(),
+            SortedSlots::Runs(_) => self.iter(0, self.len()).collect(),
+        }
+    }
+
+    /// Keeps the array as plain slots, for editing in place.
+    fn make_plain(&mut self) {
+        if let SortedSlots::Runs(_) = self {
+            *self = SortedSlots::Plain(self.to_vec());
+        }
+    }
+
+    /// The slots, in order, as a vector (the array is left empty).
+    fn take_vec(&mut self) -> Vec<u32> {
+        match std::mem::take(self) {
+            SortedSlots::Plain(slots) => slots,
+            runs @ SortedSlots::Runs(_) => runs.to_vec(),
+        }
+    }
+
+    fn heap_bytes(&self) -> u64 {
+        match self {
+            SortedSlots::Plain(slots) => (slots.capacity() * 4) as u64,
+            SortedSlots::Runs(runs) => (runs.capacity() * std::mem::size_of::<Run>()) as u64,
+        }
+    }
+}
+
+/// The slots of a [`SortedSlots`] between two positions, from either end.
+enum SlotIter<'a> {
+    Plain(std::slice::Iter<'a, u32>),
+    Runs {
+        runs: &'a [Run],
+        front: usize,
+        back: usize,
+        /// The runs holding positions `front` and `back - 1`.
+        front_run: usize,
+        back_run: usize,
+    },
+}
+
+impl Iterator for SlotIter<'_> {
+    type Item = u32;
+
+    fn next(&mut self) -> Option<u32> {
+        match self {
+            SlotIter::Plain(slots) => slots.next().copied(),
+            SlotIter::Runs {
+                runs,
+                front,
+                back,
+                front_run,
+                ..
+            } => {
+                if *front >= *back {
+                    return None;
+                }
+                while runs.get(*front_run).is_some_and(|run| run.end <= *front) {
+                    *front_run += 1;
+                }
+                let run = runs.get(*front_run)?;
+                let offset = *front - SortedSlots::run_start(runs, *front_run);
+                *front += 1;
+                Some(run.first + u32::try_from(offset).ok()?)
+            }
+        }
+    }
+}
+
+impl DoubleEndedIterator for SlotIter<'_> {
+    fn next_back(&mut self) -> Option<u32> {
+        match self {
+            SlotIter::Plain(slots) => slots.next_back().copied(),
+            SlotIter::Runs {
+                runs,
+                front,
+                back,
+                back_run,
+                ..
+            } => {
+                if *front >= *back {
+                    return None;
+                }
+                *back -= 1;
+                while *back_run > 0 && SortedSlots::run_start(runs, *back_run) > *back {
+                    *back_run -= 1;
+                }
+                let run = runs.get(*back_run)?;
+                let offset = *back - SortedSlots::run_start(runs, *back_run);
+                Some(run.first + u32::try_from(offset).ok()?)
+            }
+        }
+    }
+}
+
 /// An ordered set of (timestamp, slot) keys: a sorted array of slots (their timestamps are read
-/// from the slots, which never change) plus a small B-tree of keys that arrived out of order.
-/// Slots that stop being stored are skipped by readers and purged in bulk.
+/// from the slots, which never change; kept as runs of consecutive slots while they come in long
+/// ones, see [`SortedSlots`]) plus a small B-tree of keys that arrived out of order. Slots that stop
+/// being stored are skipped by readers and purged in bulk.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct KeySet {
-    base: Vec<u32>,
+    base: SortedSlots,
     delta: BTreeSet<(i64, u32)>,
     /// Entries of `base` whose slot is no longer stored.
     dead: usize,
@@ -882,7 +1126,7 @@ impl KeySet {
     }
 
     fn insert(&mut self, slots: &ChunkVec<VersionEntry>, key: (i64, u32)) {
-        if self.base.last().is_none_or(|last| key_of(slots, *last) < key) {
+        if self.base.last().is_none_or(|last| key_of(slots, last) < key) {
             self.base.push(key.1);
             return;
         }
@@ -901,7 +1145,7 @@ impl KeySet {
         };
         let mut merged = Vec::with_capacity(self.base.len() + self.delta.len());
         let mut delta = std::mem::take(&mut self.delta).into_iter().peekable();
-        for slot in self.base.drain(..) {
+        for slot in self.base.iter(0, self.base.len()) {
             let key = key_of(slots, slot);
             while let Some(next) = delta.next_if(|next| *next < key) {
                 merged.push(next.1);
@@ -910,7 +1154,7 @@ impl KeySet {
         }
         merged.extend(delta.map(|(_, slot)| slot));
         merged.retain(stored);
-        self.base = merged;
+        self.base = SortedSlots::from_vec(merged);
         self.dead = 0;
     }
 
@@ -931,24 +1175,31 @@ impl KeySet {
         if self.dead == 0 {
             return (0, None);
         }
-        let end = from.saturating_add(max).min(self.base.len());
+        // Edited in place as plain slots; made runs again, if they pay, once the purge is done.
+        self.base.make_plain();
+        let SortedSlots::Plain(base) = &mut self.base else {
+            return (0, None);
+        };
+        let end = from.saturating_add(max).min(base.len());
         let mut kept = from;
         for at in from..end {
-            let Some(&slot) = self.base.get(at) else { break };
+            let Some(&slot) = base.get(at) else { break };
             let stored = slots
                 .get(usize::try_from(slot).unwrap_or(usize::MAX))
                 .is_some_and(VersionEntry::is_stored);
             if stored {
-                if let Some(place) = self.base.get_mut(kept) {
+                if let Some(place) = base.get_mut(kept) {
                     *place = slot;
                 }
                 kept += 1;
             }
         }
-        self.base.drain(kept..end);
+        base.drain(kept..end);
         self.dead = self.dead.saturating_sub(end - kept);
-        if kept >= self.base.len() {
+        if kept >= base.len() {
             self.dead = 0;
+            let done = self.base.take_vec();
+            self.base = SortedSlots::from_vec(done);
             return (end - from, None);
         }
         (end - from, Some(kept))
@@ -962,11 +1213,10 @@ impl KeySet {
         end: i64,
         reverse: bool,
     ) -> Keys<'a> {
-        let ts = |slot: &u32| key_of(slots, *slot).0;
+        let ts = |slot: u32| key_of(slots, slot).0;
         let from = self.base.partition_point(|slot| ts(slot) < start);
         let to = self.base.partition_point(|slot| ts(slot) <= end).max(from);
-        let base = self.base.get(from..to).unwrap_or_default();
-        let keys = base.iter().map(move |slot| key_of(slots, *slot));
+        let keys = self.base.iter(from, to).map(move |slot| key_of(slots, slot));
         if self.delta.is_empty() {
             return if reverse { Box::new(keys.rev()) } else { Box::new(keys) };
         }
@@ -981,17 +1231,17 @@ impl KeySet {
     /// Every key in order (for checkpoints): the array and the B-tree merged, reclaimed slots left out.
     pub(crate) fn sorted_slots(&self, slots: &ChunkVec<VersionEntry>) -> Vec<u32> {
         if self.delta.is_empty() && self.dead == 0 {
-            return self.base.clone();
+            return self.base.to_vec();
         }
         let mut copy = self.clone();
         copy.merge(slots);
-        copy.base
+        copy.base.take_vec()
     }
 
     /// A set from slots already sorted by key (a checkpoint's).
     pub(crate) fn from_sorted(base: Vec<u32>) -> KeySet {
         KeySet {
-            base,
+            base: SortedSlots::from_vec(base),
             delta: BTreeSet::new(),
             dead: 0,
         }
@@ -1000,7 +1250,7 @@ impl KeySet {
     fn heap_bytes(&self) -> u64 {
         // A B-tree node holds up to 11 keys; at the usual two-thirds fill a key costs its size plus
         // about half again.
-        (self.base.capacity() * 4) as u64 + self.delta.len() as u64 * 18
+        self.base.heap_bytes() + self.delta.len() as u64 * 18
     }
 }
 
@@ -1942,6 +2192,95 @@ pub(crate) mod tests {
         }
         assert_eq!(rebuilt.parts.iter().last(), original.parts.iter().last());
         assert!(IdTable::from_name_parts(&chunks, &parts).is_ok());
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+        /// A sorted array built by pushes, as runs while they pay and plain slots otherwise,
+        /// against a plain vector: length, last slot, every position, ranges from either end, and
+        /// the first position a predicate says no to.
+        #[test]
+        fn sorted_slots_hold_what_was_pushed(
+            blocks in proptest::collection::vec((0u32..8, 1usize..200), 0..40),
+            cuts in proptest::collection::vec((0usize..5000, 0usize..5000), 1..8),
+        ) {
+            // Blocks of consecutive slots, each starting far from the others (so all are distinct),
+            // in an order that is not theirs: runs, jumps back and forth, and single slots.
+            let mut model = Vec::new();
+            for (n, (place, len)) in blocks.iter().enumerate() {
+                let first = (*place * 64 + u32::try_from(n).unwrap()) * 1000;
+                model.extend(first..first + u32::try_from(*len).unwrap());
+            }
+            let mut list = SortedSlots::default();
+            for slot in &model {
+                list.push(*slot);
+            }
+            proptest::prop_assert_eq!(list.len(), model.len());
+            proptest::prop_assert_eq!(list.last(), model.last().copied());
+            proptest::prop_assert_eq!(list.to_vec(), model.clone());
+            for (at, slot) in model.iter().enumerate() {
+                proptest::prop_assert_eq!(list.get(at), Some(*slot));
+            }
+            proptest::prop_assert_eq!(list.get(model.len()), None);
+            let position: HashMap<u32, usize> = model.iter().enumerate().map(|(at, slot)| (*slot, at)).collect();
+            for (a, b) in cuts {
+                let (from, to) = (a.min(b), a.max(b));
+                let expected: Vec<u32> = model.get(from.min(model.len())..to.min(model.len())).unwrap_or_default().to_vec();
+                proptest::prop_assert_eq!(list.iter(from, to).collect::<Vec<_>>(), expected.clone());
+                let mut reversed = expected.clone();
+                reversed.reverse();
+                proptest::prop_assert_eq!(list.iter(from, to).rev().collect::<Vec<_>>(), reversed);
+                // Both ends at once meet in the middle.
+                let mut both = list.iter(from, to);
+                let (mut front, mut back) = (Vec::new(), Vec::new());
+                while let Some(slot) = both.next() {
+                    front.push(slot);
+                    if let Some(slot) = both.next_back() {
+                        back.push(slot);
+                    }
+                }
+                back.reverse();
+                front.extend(back);
+                proptest::prop_assert_eq!(front, expected);
+                let cut = a.min(model.len());
+                proptest::prop_assert_eq!(list.partition_point(|slot| position[&slot] < cut), cut);
+            }
+            let rebuilt = SortedSlots::from_vec(model.clone());
+            proptest::prop_assert_eq!(rebuilt.to_vec(), model.clone());
+            let runs = 1 + model.windows(2).filter(|w| w[0] + 1 != w[1]).count();
+            let as_runs = matches!(rebuilt, SortedSlots::Runs(_));
+            proptest::prop_assert_eq!(as_runs, !model.is_empty() && runs * RUNS_PER_ENTRY_MAX <= model.len());
+        }
+    }
+
+    #[test]
+    fn a_time_set_in_arrival_order_is_one_run() {
+        let mut index = Index::default();
+        for n in 0..10_000i64 {
+            index.apply_put(1 + n as u64, &put(&format!("id-{n}"), "1", 100 + n), HERE);
+        }
+        assert!(matches!(&index.by_time.base, SortedSlots::Runs(runs) if runs.len() == 1));
+        assert!(index.by_time.heap_bytes() <= 64, "{}", index.by_time.heap_bytes());
+        // The type set of one type of two, alternating, is plain.
+        let mut mixed = Index::default();
+        for n in 0..10_000i64 {
+            let name = format!("id-{n}");
+            let mut item = put(&name, "1", 100 + n);
+            item.kind = if n % 2 == 0 { "message" } else { "document" };
+            mixed.apply_put(1 + n as u64, &item, HERE);
+        }
+        assert!(mixed
+            .by_type
+            .iter()
+            .all(|set| matches!(set.base, SortedSlots::Plain(_))));
+        let keys: Vec<(i64, u32)> = index.by_time.range(&index.slots, 150, 160, true).collect();
+        assert_eq!(
+            keys,
+            (50..=60u32)
+                .rev()
+                .map(|slot| (100 + i64::from(slot), slot))
+                .collect::<Vec<_>>()
+        );
     }
 
     /// Names drawn from a few stems and alphabets (multi-byte characters included), so that
