@@ -891,19 +891,33 @@ impl Default for SortedSlots {
 impl SortedSlots {
     /// The array of `slots`, as runs if they come in long enough ones.
     fn from_vec(slots: Vec<u32>) -> SortedSlots {
-        let runs = 1 + slots
-            .iter()
-            .zip(slots.iter().skip(1))
-            .filter(|(a, b)| a.checked_add(1) != Some(**b))
-            .count();
-        if slots.is_empty() || runs.saturating_mul(RUNS_PER_ENTRY_MAX) > slots.len() {
+        // Counting the runs stops as soon as there are too many (at once for most type sets).
+        let most = slots.len() / RUNS_PER_ENTRY_MAX;
+        let mut runs = 1;
+        for (a, b) in slots.iter().zip(slots.iter().skip(1)) {
+            if a.checked_add(1) != Some(*b) {
+                runs += 1;
+                if runs > most {
+                    break;
+                }
+            }
+        }
+        if slots.is_empty() || runs > most {
             return SortedSlots::Plain(slots);
         }
-        let mut list = SortedSlots::Runs(Vec::with_capacity(runs));
-        for slot in slots {
-            list.push(slot);
+        let mut list: Vec<Run> = Vec::with_capacity(runs);
+        let mut last = None;
+        for (at, slot) in slots.into_iter().enumerate() {
+            match list.last_mut() {
+                Some(run) if last.and_then(|last: u32| last.checked_add(1)) == Some(slot) => run.end = at + 1,
+                _ => list.push(Run {
+                    first: slot,
+                    end: at + 1,
+                }),
+            }
+            last = Some(slot);
         }
-        list
+        SortedSlots::Runs(list)
     }
 
     fn len(&self) -> usize {
