@@ -101,7 +101,7 @@ pub(crate) fn encode(index: &Index, segments: &[SegmentMark]) -> Vec<u8> {
 }
 
 /// Bytes the body of a checkpoint of `index` needs, about: a row and a time set entry per version,
-/// a length byte and the name per id.
+/// and about 16 per id for its front-coded name (two length bytes and the part stored).
 fn body_capacity(index: &Index) -> usize {
     64 + index.slots.len() * (VERSION_BYTES + 4) + index.id_count() * 16
 }
@@ -215,8 +215,7 @@ fn encode_body_into(body: &mut Vec<u8>, index: &Index, segments: &[SegmentMark])
 
 /// The id names as the name arena holds them (front-coded, see [`NameArena`]): the shared and
 /// stored lengths of each id's name, then the chunks of stored parts (each at most
-/// [`crate::index::NAME_CHUNK`]
-/// bytes), copied whole.
+/// [`crate::index::NAME_CHUNK`] bytes), copied whole.
 fn put_names(body: &mut Vec<u8>, index: &Index) {
     let (parts, chunks) = index.name_arena().parts_and_chunks();
     for part in parts {

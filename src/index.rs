@@ -392,6 +392,60 @@ fn shared_prefix(last: &str, name: &str) -> usize {
     shared
 }
 
+/// A mark of the name arena: where a part starts, as chunk << 32 | offset.
+fn mark_of((chunk, offset): (usize, usize)) -> u64 {
+    ((chunk as u64) << 32) | offset as u64
+}
+
+/// The (chunk, offset) a mark holds.
+fn mark_place(mark: u64) -> (usize, usize) {
+    (
+        usize::try_from(mark >> 32).unwrap_or(usize::MAX),
+        (mark & 0xffff_ffff) as usize,
+    )
+}
+
+/// Where each of consecutive parts, of the stored lengths `lens`, starts in `chunks`, the first at
+/// `(chunk, offset)`: a part that ends its chunk is followed by the next chunk's first part. The one
+/// statement of the rule the arena fills its chunks by, for everything that reads them.
+fn part_places<'a, S: AsRef<str>>(
+    chunks: &'a [S],
+    (mut chunk, mut offset): (usize, usize),
+    lens: impl Iterator<Item = usize> + 'a,
+) -> impl Iterator<Item = (usize, usize)> + 'a {
+    let chunk_len = move |chunk: usize| chunks.get(chunk).map_or(0, |c| c.as_ref().len());
+    let mut len_here = chunk_len(chunk);
+    lens.map(move |len| {
+        if offset == len_here {
+            chunk += 1;
+            offset = 0;
+            len_here = chunk_len(chunk);
+        }
+        let place = (chunk, offset);
+        offset += len;
+        place
+    })
+}
+
+/// The stored length of each of `parts`.
+fn stored_lens<'a>(parts: impl Iterator<Item = &'a [u8; 2]> + 'a) -> impl Iterator<Item = usize> + 'a {
+    parts.map(|[_, len]| usize::from(*len))
+}
+
+/// Rebuilds in `buf` the name whose parts are `parts` (from a mark to it), the first at `mark` in
+/// `chunks` (see [`name_pieces`]); empty if they do not fit.
+fn rebuild_name<'b, S: AsRef<str>>(chunks: &[S], parts: &[[u8; 2]], mark: u64, buf: &'b mut NameBuf) -> &'b str {
+    let bytes = &mut buf.bytes;
+    let len = name_pieces(chunks, parts, mark, |at, piece| {
+        bytes
+            .get_mut(at..at + piece.len())
+            .map(|place| place.copy_from_slice(piece))
+            .is_some()
+    });
+    buf.len = len.unwrap_or(0);
+    buf.as_str()
+}
+
 /// Hands `piece` the parts that the bytes of a name come from, last first: each as the position in
 /// the name where it goes and its bytes, until the whole name is covered. `parts` are those of the
 /// ids from a mark to the name's, and `mark` where the first of them is in `chunks`. Returns the
@@ -405,21 +459,12 @@ fn name_pieces<S: AsRef<str>>(
     if parts.is_empty() || parts.len() > NAME_MARK {
         return None;
     }
-    // Where each part is: from the mark on, a part that ends its chunk is followed by the next
-    // chunk's first part.
     let mut places = [(0usize, 0usize); NAME_MARK];
-    let mut chunk = usize::try_from(mark >> 32).unwrap_or(usize::MAX);
-    let mut offset = (mark & 0xffff_ffff) as usize;
-    let chunk_len = |chunk: usize| chunks.get(chunk).map_or(0, |c| c.as_ref().len());
-    let mut len_here = chunk_len(chunk);
-    for ([_, len], place) in parts.iter().zip(places.iter_mut()) {
-        if offset == len_here {
-            chunk += 1;
-            offset = 0;
-            len_here = chunk_len(chunk);
-        }
-        *place = (chunk, offset);
-        offset += usize::from(*len);
+    for (place, found) in places
+        .iter_mut()
+        .zip(part_places(chunks, mark_place(mark), stored_lens(parts.iter())))
+    {
+        *place = found;
     }
     // Backwards, each part gives the bytes from where it starts in its name up to where a later
     // part took over: for sequential names, a few parts give all.
@@ -467,7 +512,7 @@ impl NameArena {
         let offset = last.len();
         last.push_str(part);
         if marked {
-            self.marks.push(((chunk as u64) << 32) | offset as u64);
+            self.marks.push(mark_of((chunk, offset)));
         }
         self.parts.push([
             u8::try_from(shared).unwrap_or(u8::MAX),
@@ -477,25 +522,28 @@ impl NameArena {
         self.last.push_str(name);
     }
 
+    /// The parts of id number `id`'s name from the mark before it, and that mark.
+    fn block(&self, id: u32) -> Option<(&[[u8; 2]], u64)> {
+        let id = position(id);
+        let &mark = self.marks.get(id / NAME_MARK)?;
+        Some((self.parts.run(id - id % NAME_MARK..id + 1), mark))
+    }
+
     /// [`name_pieces`] of id number `id`.
     fn pieces(&self, id: u32, piece: impl FnMut(usize, &[u8]) -> bool) -> Option<usize> {
-        let id = position(id);
-        let from = id - id % NAME_MARK;
-        let &mark = self.marks.get(id / NAME_MARK)?;
-        name_pieces(&self.chunks, self.parts.run(from..id + 1), mark, piece)
+        let (parts, mark) = self.block(id)?;
+        name_pieces(&self.chunks, parts, mark, piece)
     }
 
     /// Rebuilds the name of id number `id` in `buf`; empty if out of bounds.
     fn name_into<'b>(&self, id: u32, buf: &'b mut NameBuf) -> &'b str {
-        let bytes = &mut buf.bytes;
-        let len = self.pieces(id, |at, piece| {
-            bytes
-                .get_mut(at..at + piece.len())
-                .map(|place| place.copy_from_slice(piece))
-                .is_some()
-        });
-        buf.len = len.unwrap_or(0);
-        buf.as_str()
+        match self.block(id) {
+            Some((parts, mark)) => rebuild_name(&self.chunks, parts, mark, buf),
+            None => {
+                buf.len = 0;
+                ""
+            }
+        }
     }
 
     /// Whether id number `id` is named `name`, compared piece by piece without rebuilding it.
@@ -520,21 +568,15 @@ impl NameArena {
     /// Calls `each` with every id's number and name, in id order.
     fn for_each(&self, mut each: impl FnMut(u32, &str)) {
         let mut buf = NameBuf::new();
-        let (mut chunk, mut offset) = (0usize, 0usize);
-        for (id, [shared, len]) in self.parts.iter().enumerate() {
-            let len = usize::from(*len);
-            if self.chunks.get(chunk).is_some_and(|c| offset == c.len()) {
-                chunk += 1;
-                offset = 0;
-            }
+        let places = part_places(&self.chunks, (0, 0), stored_lens(self.parts.iter()));
+        for (id, ([shared, len], (chunk, offset))) in self.parts.iter().zip(places).enumerate() {
             let part = self
                 .chunks
                 .get(chunk)
-                .and_then(|c| c.as_bytes().get(offset..offset + len));
+                .and_then(|c| c.as_bytes().get(offset..offset + usize::from(*len)));
             if !part.is_some_and(|part| buf.extend(usize::from(*shared), part)) {
                 buf.len = 0;
             }
-            offset += len;
             each(u32::try_from(id).unwrap_or(u32::MAX), buf.as_str());
         }
     }
@@ -566,17 +608,10 @@ impl NameArena {
             marks: Vec::with_capacity(parts.len().div_ceil(NAME_MARK)),
             last: String::new(),
         };
-        let (mut chunk, mut offset) = (0usize, 0usize);
-        for (id, [_, len]) in parts.iter().enumerate() {
-            if arena.chunks.get(chunk).is_some_and(|c| offset == c.len()) {
-                chunk += 1;
-                offset = 0;
-            }
-            if id.is_multiple_of(NAME_MARK) {
-                arena.marks.push(((chunk as u64) << 32) | offset as u64);
-            }
-            offset += usize::from(*len);
-        }
+        arena.marks = part_places(chunks, (0, 0), stored_lens(parts.iter()))
+            .step_by(NAME_MARK)
+            .map(mark_of)
+            .collect();
         if let Some(last) = parts.len().checked_sub(1).and_then(|id| u32::try_from(id).ok()) {
             arena.last = arena.name_into(last, &mut NameBuf::new()).to_owned();
         }
@@ -692,8 +727,9 @@ impl IdTable {
         let mut hashes = Vec::with_capacity(parts.len());
         let mut marks = Vec::with_capacity(parts.len().div_ceil(NAME_MARK));
         let mut name = NameBuf::new();
-        let (mut chunk, mut offset) = (0usize, 0usize);
-        for (id, [shared, len]) in parts.iter().enumerate() {
+        let mut end = (0usize, 0usize);
+        let places = part_places(chunks, (0, 0), stored_lens(parts.iter()));
+        for (id, ([shared, len], (chunk, offset))) in parts.iter().zip(places).enumerate() {
             let (shared, len) = (usize::from(*shared), usize::from(*len));
             if len == 0 {
                 return Err(format!("id number {id} has an empty name part"));
@@ -707,10 +743,6 @@ impl IdTable {
                     name.len
                 ));
             }
-            if chunks.get(chunk).is_some_and(|c| offset == c.len()) {
-                chunk += 1;
-                offset = 0;
-            }
             let Some(part) = chunks.get(chunk).and_then(|c| c.get(offset..offset + len)) else {
                 return Err(format!("the name of id number {id} does not fit its chunk"));
             };
@@ -718,15 +750,15 @@ impl IdTable {
                 return Err(format!("the name of id number {id} is longer than {NAME_MAX} bytes"));
             }
             if id.is_multiple_of(NAME_MARK) {
-                marks.push(((chunk as u64) << 32) | offset as u64);
+                marks.push(mark_of((chunk, offset)));
             }
             hashes.push(hasher.hash_one(name.as_str()));
             ids.push(IdEntry { latest: NO_SLOT });
-            offset += len;
+            end = (chunk, offset + len);
         }
         let all_used = match chunks.len().checked_sub(1) {
             None => true,
-            Some(last) => chunk == last && chunks.get(last).is_some_and(|c| offset == c.len()),
+            Some(last) => end.0 == last && chunks.get(last).is_some_and(|c| end.1 == c.len()),
         };
         if !all_used {
             return Err("the name chunks hold bytes after the last id's name".into());
@@ -740,18 +772,10 @@ impl IdTable {
         };
         let name_of = |id: u32, buf: &mut NameBuf| {
             let id = position(id);
-            let from = id - id % NAME_MARK;
-            let len = marks.get(id / NAME_MARK).and_then(|mark| {
-                let bytes = &mut buf.bytes;
-                name_pieces(chunks, parts.get(from..=id)?, *mark, |at, piece| {
-                    bytes
-                        .get_mut(at..at + piece.len())
-                        .map(|place| place.copy_from_slice(piece))
-                        .is_some()
-                })
-            });
-            buf.len = len.unwrap_or(0);
-            buf.as_str().to_owned()
+            let block = parts.get(id - id % NAME_MARK..=id).zip(marks.get(id / NAME_MARK));
+            block.map_or_else(String::new, |(block, mark)| {
+                rebuild_name(chunks, block, *mark, buf).to_owned()
+            })
         };
         let same_name = |a: u32, b: u32| name_of(a, &mut NameBuf::new()) == name_of(b, &mut NameBuf::new());
         fill_lookup(&mut table.by_name, &hashes, same_name)
@@ -934,6 +958,12 @@ impl SortedSlots {
             .map_or(0, |run| run.end)
     }
 
+    /// The slot at `position`, which run `at` holds.
+    fn slot_in(runs: &[Run], at: usize, position: usize) -> Option<u32> {
+        let offset = position.checked_sub(SortedSlots::run_start(runs, at))?;
+        runs.get(at)?.first.checked_add(u32::try_from(offset).ok()?)
+    }
+
     fn last(&self) -> Option<u32> {
         match self {
             SortedSlots::Plain(slots) => slots.last().copied(),
@@ -951,10 +981,7 @@ impl SortedSlots {
         match self {
             SortedSlots::Plain(slots) => slots.get(position).copied(),
             SortedSlots::Runs(runs) => {
-                let at = runs.partition_point(|run| run.end <= position);
-                let run = runs.get(at)?;
-                let offset = position - SortedSlots::run_start(runs, at);
-                Some(run.first + u32::try_from(offset).ok()?)
+                SortedSlots::slot_in(runs, runs.partition_point(|run| run.end <= position), position)
             }
         }
     }
@@ -1083,10 +1110,8 @@ impl Iterator for SlotIter<'_> {
                 while runs.get(*front_run).is_some_and(|run| run.end <= *front) {
                     *front_run += 1;
                 }
-                let run = runs.get(*front_run)?;
-                let offset = *front - SortedSlots::run_start(runs, *front_run);
                 *front += 1;
-                Some(run.first + u32::try_from(offset).ok()?)
+                SortedSlots::slot_in(runs, *front_run, *front - 1)
             }
         }
     }
@@ -1110,9 +1135,7 @@ impl DoubleEndedIterator for SlotIter<'_> {
                 while *back_run > 0 && SortedSlots::run_start(runs, *back_run) > *back {
                     *back_run -= 1;
                 }
-                let run = runs.get(*back_run)?;
-                let offset = *back - SortedSlots::run_start(runs, *back_run);
-                Some(run.first + u32::try_from(offset).ok()?)
+                SortedSlots::slot_in(runs, *back_run, *back)
             }
         }
     }
