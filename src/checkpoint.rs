@@ -23,7 +23,7 @@ use crate::store::Shared;
 /// The magic bytes that open every checkpoint file.
 const CHECKPOINT_MAGIC: [u8; 8] = *b"CTXLOGCP";
 /// The checkpoint format version this build writes and reads.
-const CHECKPOINT_VERSION: u32 = 5;
+const CHECKPOINT_VERSION: u32 = 6;
 /// Bytes of the checkpoint header: magic, version, reserved, seq, body length.
 const CHECKPOINT_HEADER_BYTES: usize = 8 + 4 + 4 + 8 + 8;
 /// Bytes of one version in the version table.
@@ -262,8 +262,9 @@ fn seal_in_place(seq: u64, file: &mut Vec<u8>) {
 }
 
 /// One version, 72 bytes: seq_created u64, seq_ended u64 (u64::MAX while open), timestamp i64,
-/// expires_at i64 (i64::MAX for never), segment, offset, length, id, generation, version tag, scope,
-/// source (u32 each), type u16, state u8, a zero byte, and the record's body CRC (u32).
+/// expires_at i64 (i64::MAX for never), segment, offset, length, id, generation, version tag (16
+/// bits, the high half zero), scope, source (u32 each), type u16, state u8, a zero byte, and the
+/// record's body CRC (u32).
 fn encode_version(body: &mut Vec<u8>, index: &Index, version: &VersionEntry) {
     // Built whole on the stack and appended with one copy: a million rows are encoded under the
     // index lock.
@@ -276,7 +277,7 @@ fn encode_version(body: &mut Vec<u8>, index: &Index, version: &VersionEntry) {
         at += bytes.len();
     };
     put(&version.seq_created.to_le_bytes());
-    put(&version.seq_ended.to_le_bytes());
+    put(&index.seq_ended(version).to_le_bytes());
     put(&version.timestamp().to_le_bytes());
     put(&index.expires_at(version).to_le_bytes());
     for field in [
@@ -285,9 +286,9 @@ fn encode_version(body: &mut Vec<u8>, index: &Index, version: &VersionEntry) {
         version.location.len,
         version.id,
         index.generation(version),
-        version.version_tag,
+        u32::from(version.version_tag()),
         version.scope,
-        version.source,
+        index.source_of(version),
     ] {
         put(&field.to_le_bytes());
     }
@@ -390,13 +391,19 @@ fn decode_version(
     }
     let mut version = VersionEntry::default().with_meta(timestamp, kind, state);
     version.seq_created = seq_created;
-    version.seq_ended = seq_ended;
     version.location = location;
     version.id = id;
-    version.version_tag = version_tag;
     version.scope = scope;
-    version.source = source;
-    let rare = version.set_rare_inline(expires_at, generation);
+    let Ok(version_tag) = u16::try_from(version_tag) else {
+        return Err(format!("version tag {version_tag:#x} is over 16 bits"));
+    };
+    version = version.with_tag(version_tag);
+    let rare = version.set_rare_inline(Rare {
+        expires_at,
+        seq_ended,
+        generation,
+        source,
+    });
     Ok((version, rare))
 }
 
@@ -931,7 +938,7 @@ mod tests {
         let loaded = decode(&seal(3, &body)).expect("intact");
         assert_eq!(loaded.index.id_count(), 2);
         assert_eq!(
-            loaded.index.visible("aa", 3).map(|v| v.version.version_tag),
+            loaded.index.visible("aa", 3).map(|v| v.version.version_tag()),
             Some(crate::index::version_tag("2"))
         );
         assert_eq!(loaded.index.versions_of(0).count(), 2);
@@ -960,6 +967,15 @@ mod tests {
             let why = decode(&seal(3, &late)).err().expect("a timestamp out of range");
             assert!(why.contains("timestamp"), "{timestamp}: {why}");
         }
+        // A version tag over 16 bits (the index keeps 16): aa's first version's, at byte 52 of its row.
+        let mut wide = body.clone();
+        let at = wide
+            .windows(row.len())
+            .position(|w| w == row.as_slice())
+            .expect("aa's first row");
+        wide[at + 54] = 1;
+        let why = decode(&seal(3, &wide)).err().expect("a tag over 16 bits");
+        assert!(why.contains("over 16 bits"), "{why}");
         let mut latest = Index::default();
         latest.apply_put(
             1,
@@ -973,11 +989,15 @@ mod tests {
     }
 
     #[test]
-    fn overflowing_expiries_and_generations_round_trip_across_chunks() {
-        // 10,000 versions (three chunks of rows): every 997th with an expiry past what an entry
-        // holds, and one id deleted and added again 40 times, whose later generations overflow.
+    fn overflowing_expiries_generations_sources_and_ends_round_trip_across_chunks() {
+        // 70,000 versions (eighteen chunks of rows), each from its own source, so that the last
+        // 4,464 have source numbers past what an entry holds; every 997th with an expiry past what
+        // an entry holds; one id deleted and added again 40 times, whose later generations
+        // overflow; and ends more sequence numbers after a creation than an entry holds.
+        const N: u64 = 70_000;
         let mut index = Index::default();
         let name = |n: u64| format!("id{n}");
+        let source = |n: u64| format!("s{n}");
         let expiry_of = |n: u64| {
             if n.is_multiple_of(997) {
                 Some(u64::from(u32::MAX) + n)
@@ -987,31 +1007,58 @@ mod tests {
                 None
             }
         };
-        for n in 0..10_000u64 {
-            let id = name(n);
+        for n in 0..N {
+            let (id, from) = (name(n), source(n));
             let mut put = crate::index::tests::put(&id, "1", 1_000 + n as i64);
             put.ttl_seconds = expiry_of(n);
+            put.source = &from;
             index.apply_put(n + 1, &put, HERE);
         }
-        let mut seq = 10_001;
+        let mut seq = N + 1;
         for _ in 0..40 {
             index.apply_put(seq, &crate::index::tests::put("churn", "1", 7), HERE);
             index.apply_delete(seq + 1, "churn");
             seq += 2;
         }
         index.apply_put(seq, &crate::index::tests::put("churn", "2", 7), HERE);
+        // id1 (inline) ended u32::MAX - 1 after its creation, the most an entry holds; id2 (inline)
+        // u32::MAX after, and id0 (already in the overflow table for its expiry) much later.
+        let end_fits = 2 + u64::from(u32::MAX) - 1;
+        let end_does_not = 3 + u64::from(u32::MAX);
+        index.apply_delete(end_fits, "id1");
+        index.apply_put(end_does_not, &crate::index::tests::put("id2", "2", 5), HERE);
+        seq = end_does_not + 1_000;
+        index.apply_put(seq, &crate::index::tests::put("id0", "2", 5), HERE);
         index.seq = seq;
+        let ended = |index: &Index, n: u64| -> Vec<u64> {
+            let id = index.id_number(&name(n)).expect("id");
+            index.versions_of(id).map(|(_, v)| index.seq_ended(v)).collect()
+        };
+        assert_eq!(ended(&index, 1), vec![end_fits]);
+        assert_eq!(ended(&index, 2), vec![SEQ_OPEN, end_does_not]);
+        assert_eq!(ended(&index, 0), vec![SEQ_OPEN, seq]);
         let marks = [SegmentMark {
             number: 1,
             rewrites: 0,
             len: 1000,
         }];
         let loaded = decode(&seal(seq, &encode_body(&index, &marks))).expect("intact").index;
-        for n in 0..10_000u64 {
+        for n in 0..N {
             let expected = expiry_of(n).map_or(crate::index::NEVER_EXPIRES, |ttl| 1_000 + n as i64 + ttl as i64);
-            let found = loaded.visible(&name(n), seq).map(|v| loaded.expires_at(v.version));
-            assert_eq!(found, Some(expected), "id {n}");
+            let id = loaded.id_number(&name(n)).expect("id");
+            let (_, first) = loaded.versions_of(id).last().expect("a version");
+            assert_eq!(loaded.expires_at(first), expected, "id {n}");
+            let from = loaded.sources.value(loaded.source_of(first)).map(|s| s.to_string());
+            assert_eq!(from, Some(source(n)), "id {n}");
+            assert!(loaded.visible_at(first, n + 1), "id {n}");
         }
+        for n in [0, 1, 2] {
+            assert_eq!(ended(&loaded, n), ended(&index, n), "id {n}");
+        }
+        assert!(loaded.visible("id1", end_fits - 1).is_some() && loaded.visible("id1", end_fits).is_none());
+        let tag_at = |seq: u64| loaded.visible("id2", seq).map(|v| v.version.version_tag());
+        assert_eq!(tag_at(end_does_not - 1), Some(crate::index::version_tag("1")));
+        assert_eq!(tag_at(end_does_not), Some(crate::index::version_tag("2")));
         let generations = |index: &Index| -> Vec<(u32, i64)> {
             let id = index.id_number("churn").expect("churn");
             index

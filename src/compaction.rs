@@ -96,7 +96,7 @@ impl Views {
             .versions_of(version.id)
             .map(|(_, other)| other)
             .filter(|other| index.generation(other) == index.generation(version))
-            .map(|other| other.seq_ended)
+            .map(|other| index.seq_ended(other))
             .max()
             .unwrap_or(SEQ_OPEN);
         let first = self.snapshot_seqs.partition_point(|seq| *seq < version.seq_created);
@@ -105,14 +105,14 @@ impl Views {
 
     /// Whether some view can still see `version` whole.
     fn needed(&self, index: &Index, version: &VersionEntry) -> bool {
-        if version.visible_at(self.current_seq) && !index.expired_at(version, self.now) {
+        if index.visible_at(version, self.current_seq) && !index.expired_at(version, self.now) {
             return true;
         }
         // The first snapshot at or after the version's creation is the only one that can matter.
         let first = self.snapshot_seqs.partition_point(|seq| *seq < version.seq_created);
         self.snapshot_seqs
             .get(first)
-            .is_some_and(|seq| *seq < version.seq_ended)
+            .is_some_and(|seq| *seq < index.seq_ended(version))
     }
 }
 
@@ -189,7 +189,7 @@ fn decide(index: &Index, views: &Views, version: &VersionEntry) -> Option<Decisi
     }
     let reason = if !open_history {
         Reason::Deleted
-    } else if version.seq_ended != SEQ_OPEN {
+    } else if !index.is_open(version) {
         Reason::Superseded
     } else {
         Reason::Expired

@@ -9,7 +9,7 @@
 //! them), id names live in a chunked arena, the name lookup is a table of 4-byte id numbers, and each
 //! ordered set is mostly a sorted array of 4-byte slot numbers. Nothing is allocated per item, which
 //! is also what lets a checkpoint load in one pass. A version's string and content hash stay in its
-//! log record; the index keeps a 32-bit tag of the version string so that almost every lookup by
+//! log record; the index keeps a 16-bit tag of the version string so that almost every lookup by
 //! version is answered without reading the log.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -33,11 +33,15 @@ pub(crate) const NEVER_EXPIRES: i64 = i64::MAX;
 /// "No version": the end of an id's chain of versions.
 pub(crate) const NO_SLOT: u32 = u32::MAX;
 
-/// The 32-bit tag of a version string kept in the index: its CRC-32. Equal strings have equal tags;
-/// equal tags are confirmed against the log record.
-pub(crate) fn version_tag(version: &str) -> u32 {
-    crc32fast::hash(version.as_bytes())
+/// The 16-bit tag of a version string kept in the index: the low half of its CRC-32. Equal strings
+/// have equal tags; equal tags are confirmed against the log record (two different strings share a
+/// tag about once in 65,536 comparisons, which then costs one record read).
+pub(crate) fn version_tag(version: &str) -> u16 {
+    crc32fast::hash(version.as_bytes()) as u16
 }
+
+/// [`VersionEntry`]'s `ended` while the version is open.
+const ENDED_OPEN: u32 = u32::MAX;
 
 /// Where a record is stored: segment number, byte offset and length of the whole record, and the
 /// CRC of its body (from its header), which tells it from any other record that could be there.
@@ -65,12 +69,15 @@ const META_KIND_SHIFT: u32 = 40;
 const META_STATE_SHIFT: u32 = 56;
 /// The timestamp, type number and state: what [`VersionEntry::with_meta`] sets.
 const META_MAIN_MASK: u64 = (1 << 58) - 1;
-/// Set when the version's expiry and generation are in the index's overflow table ([`Rare`]).
+/// Set when the version's expiry, generation, source and end are in the index's overflow table
+/// ([`Rare`]).
 const META_OVERFLOW: u64 = 1 << 58;
 const META_GENERATION_SHIFT: u32 = 59;
 /// The largest generation kept in the entry itself (5 bits); an id deleted more often has the
 /// versions of its later histories in the overflow table.
 const GENERATION_INLINE_MAX: u32 = 31;
+/// The largest source number kept in the entry itself (16 bits, beside the version tag).
+const SOURCE_INLINE_MAX: u32 = u16::MAX as u32;
 
 /// The `meta` word of a version: its timestamp, type number and state in one `u64`.
 fn meta_word(timestamp: i64, kind: u16, state: VersionState) -> u64 {
@@ -84,33 +91,50 @@ fn meta_word(timestamp: i64, kind: u16, state: VersionState) -> u64 {
     timestamp | (u64::from(kind) << META_KIND_SHIFT) | ((state as u64) << META_STATE_SHIFT)
 }
 
-/// A version's expiry and generation when they do not fit in its entry: an expiry more than
-/// `u32::MAX` seconds (136 years) after its timestamp, or a generation above
-/// [`GENERATION_INLINE_MAX`]. Rare by design: W1 has none.
+/// A version's expiry, generation, source and end when they do not all fit in its entry: an expiry
+/// more than `u32::MAX` seconds (136 years) after its timestamp, a generation above
+/// [`GENERATION_INLINE_MAX`], a source number above [`SOURCE_INLINE_MAX`], or an end `u32::MAX` or
+/// more sequence numbers after the version's creation. Rare by design: W1 has none.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Rare {
     pub(crate) expires_at: i64,
+    pub(crate) seq_ended: u64,
     pub(crate) generation: u32,
+    pub(crate) source: u32,
 }
 
-/// One stored version of an id: 64 bytes (a cache line), no heap.
+impl Rare {
+    /// A version's rare fields as it is added: open, expiring at `expires_at`.
+    pub(crate) fn open(expires_at: i64, generation: u32, source: u32) -> Rare {
+        Rare {
+            expires_at,
+            seq_ended: SEQ_OPEN,
+            generation,
+            source,
+        }
+    }
+}
+
+/// One stored version of an id: 56 bytes, no heap.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct VersionEntry {
     pub(crate) seq_created: u64,
-    pub(crate) seq_ended: u64,
     /// The item's timestamp (with the slot, the key of its entries in the ordered sets), its type
-    /// number and state, and where its expiry and generation are: see [`meta_word`] and
-    /// [`Index::expires_at`].
+    /// number and state, and where its expiry, generation, source and end are: see [`meta_word`]
+    /// and [`Index::expires_at`].
     meta: u64,
     pub(crate) location: Location,
     /// Position of the id in the index's id table.
     pub(crate) id: u32,
     /// The id's previous (older) version still in the index, or [`NO_SLOT`].
     pub(crate) prev: u32,
-    /// [`version_tag`] of the version string.
-    pub(crate) version_tag: u32,
     pub(crate) scope: u32,
-    pub(crate) source: u32,
+    /// [`version_tag`] of the version string in the low 16 bits; without the overflow bit, the
+    /// source number in the high 16.
+    tag_source: u32,
+    /// Without the overflow bit: `seq_ended - seq_created`, or [`ENDED_OPEN`] while the version is
+    /// open.
+    ended: u32,
     /// Without the overflow bit: 0 if the version never expires, else how many seconds after its
     /// timestamp it does. With it: the position of its [`Rare`] in the index's overflow table.
     expiry: u32,
@@ -120,14 +144,13 @@ impl Default for VersionEntry {
     fn default() -> Self {
         VersionEntry {
             seq_created: 0,
-            seq_ended: SEQ_OPEN,
             meta: meta_word(0, 0, VersionState::Forgotten),
             location: Location::default(),
             id: 0,
             prev: NO_SLOT,
-            version_tag: 0,
             scope: 0,
-            source: 0,
+            tag_source: 0,
+            ended: ENDED_OPEN,
             expiry: 0,
         }
     }
@@ -154,27 +177,59 @@ impl VersionEntry {
         }
     }
 
-    /// Keeps `expires_at` and `generation` in the entry if they fit there (an expiry at most
-    /// `u32::MAX` seconds after the timestamp, or never; a generation up to
-    /// [`GENERATION_INLINE_MAX`]); otherwise returns them, for the overflow table (then
-    /// [`VersionEntry::set_overflow`]). Set the timestamp first: the expiry is kept relative to it.
+    /// This version with the tag of version string `version`.
+    pub(crate) fn with_version(self, version: &str) -> Self {
+        self.with_tag(version_tag(version))
+    }
+
+    /// This version with version tag `tag`.
+    pub(crate) fn with_tag(self, tag: u16) -> Self {
+        VersionEntry {
+            tag_source: (self.tag_source & !0xFFFF) | u32::from(tag),
+            ..self
+        }
+    }
+
+    /// The [`version_tag`] of the version string.
+    pub(crate) fn version_tag(&self) -> u16 {
+        self.tag_source as u16
+    }
+
+    /// Keeps the version's expiry, generation, source and end in the entry if they all fit there
+    /// (an expiry at most `u32::MAX` seconds after the timestamp, or never; a generation up to
+    /// [`GENERATION_INLINE_MAX`]; a source number up to [`SOURCE_INLINE_MAX`]; open, or ended less
+    /// than `u32::MAX` sequence numbers after its creation); otherwise returns them, for the overflow
+    /// table (then [`VersionEntry::set_overflow`]). Set the timestamp and `seq_created` first: the
+    /// expiry and the end are kept relative to them.
     #[must_use]
-    pub(crate) fn set_rare_inline(&mut self, expires_at: i64, generation: u32) -> Option<Rare> {
-        let expiry = if expires_at == NEVER_EXPIRES {
+    pub(crate) fn set_rare_inline(&mut self, rare: Rare) -> Option<Rare> {
+        let expiry = if rare.expires_at == NEVER_EXPIRES {
             Some(0)
         } else {
-            expires_at
+            rare.expires_at
                 .checked_sub(self.timestamp())
                 .and_then(|after| u32::try_from(after).ok())
                 .filter(|after| *after > 0)
         };
-        match expiry {
-            Some(expiry) if generation <= GENERATION_INLINE_MAX => {
-                self.meta = (self.meta & META_MAIN_MASK) | (u64::from(generation) << META_GENERATION_SHIFT);
+        let ended = if rare.seq_ended == SEQ_OPEN {
+            Some(ENDED_OPEN)
+        } else {
+            rare.seq_ended
+                .checked_sub(self.seq_created)
+                .and_then(|after| u32::try_from(after).ok())
+                .filter(|after| *after != ENDED_OPEN)
+        };
+        match (expiry, ended) {
+            (Some(expiry), Some(ended))
+                if rare.generation <= GENERATION_INLINE_MAX && rare.source <= SOURCE_INLINE_MAX =>
+            {
+                self.meta = (self.meta & META_MAIN_MASK) | (u64::from(rare.generation) << META_GENERATION_SHIFT);
                 self.expiry = expiry;
+                self.ended = ended;
+                self.tag_source = (rare.source << 16) | (self.tag_source & 0xFFFF);
                 None
             }
-            _ => Some(Rare { expires_at, generation }),
+            _ => Some(rare),
         }
     }
 
@@ -182,10 +237,12 @@ impl VersionEntry {
     pub(crate) fn set_overflow(&mut self, at: u32) {
         self.meta = (self.meta & META_MAIN_MASK) | META_OVERFLOW;
         self.expiry = at;
+        self.ended = 0;
+        self.tag_source &= 0xFFFF;
     }
 
-    /// The entry's expiry and generation, `Err` with the position of its [`Rare`] when they are in
-    /// the overflow table.
+    /// The entry's expiry, generation, source and end, `Err` with the position of its [`Rare`] when
+    /// they are in the overflow table.
     fn rare_inline(&self) -> Result<Rare, usize> {
         if self.meta & META_OVERFLOW != 0 {
             return Err(usize::try_from(self.expiry).unwrap_or(usize::MAX));
@@ -194,9 +251,15 @@ impl VersionEntry {
             0 => NEVER_EXPIRES,
             after => self.timestamp().saturating_add(i64::from(after)),
         };
+        let seq_ended = match self.ended {
+            ENDED_OPEN => SEQ_OPEN,
+            after => self.seq_created.saturating_add(u64::from(after)),
+        };
         Ok(Rare {
             expires_at,
+            seq_ended,
             generation: (self.meta >> META_GENERATION_SHIFT) as u32,
+            source: self.tag_source >> 16,
         })
     }
 
@@ -234,9 +297,21 @@ impl VersionEntry {
         self.state() == VersionState::Stored
     }
 
-    /// Whether a view at `seq` sees this version.
-    pub(crate) fn visible_at(&self, seq: u64) -> bool {
-        self.seq_created <= seq && seq < self.seq_ended
+    /// Whether a view at `seq` sees this version, when its end is in the entry (`None` when it is
+    /// in the overflow table).
+    #[inline]
+    fn visible_inline(&self, seq: u64) -> Option<bool> {
+        if self.meta & META_OVERFLOW != 0 {
+            return None;
+        }
+        let Some(after) = seq.checked_sub(self.seq_created) else {
+            return Some(false);
+        };
+        Some(if self.ended == ENDED_OPEN {
+            seq < SEQ_OPEN
+        } else {
+            after < u64::from(self.ended)
+        })
     }
 }
 
@@ -1492,18 +1567,15 @@ impl Index {
     pub(crate) fn visible(&self, name: &str, seq: u64) -> Option<Visible<'_>> {
         let id = self.id_number(name)?;
         self.versions_of(id)
-            .find(|(_, version)| version.visible_at(seq))
+            .find(|(_, version)| self.visible_at(version, seq))
             .map(|(_, version)| Visible { version })
     }
 
-    /// The version's expiry and generation, from its entry or from the overflow table.
+    /// The version's expiry, generation, source and end, from its entry or from the overflow table.
     fn rare_of(&self, version: &VersionEntry) -> Rare {
-        version.rare_inline().unwrap_or_else(|at| {
-            self.rare.get(at).copied().unwrap_or(Rare {
-                expires_at: NEVER_EXPIRES,
-                generation: 0,
-            })
-        })
+        version
+            .rare_inline()
+            .unwrap_or_else(|at| self.rare.get(at).copied().unwrap_or(Rare::open(NEVER_EXPIRES, 0, 0)))
     }
 
     /// When the version expires ([`NEVER_EXPIRES`] for never).
@@ -1521,13 +1593,63 @@ impl Index {
         self.rare_of(version).generation
     }
 
-    /// Sets the version's expiry and generation, in the entry or, if they do not fit, in the
-    /// overflow table.
-    fn set_rare(&mut self, version: &mut VersionEntry, expires_at: i64, generation: u32) {
-        if let Some(rare) = version.set_rare_inline(expires_at, generation) {
+    /// The version's source number.
+    pub(crate) fn source_of(&self, version: &VersionEntry) -> u32 {
+        self.rare_of(version).source
+    }
+
+    /// The sequence number of the batch that ended the version, [`SEQ_OPEN`] while it is open.
+    pub(crate) fn seq_ended(&self, version: &VersionEntry) -> u64 {
+        self.rare_of(version).seq_ended
+    }
+
+    /// Whether nothing has ended the version yet.
+    pub(crate) fn is_open(&self, version: &VersionEntry) -> bool {
+        self.seq_ended(version) == SEQ_OPEN
+    }
+
+    /// Whether a view at `seq` sees the version: `seq_created <= seq < seq_ended`.
+    #[inline]
+    pub(crate) fn visible_at(&self, version: &VersionEntry, seq: u64) -> bool {
+        version
+            .visible_inline(seq)
+            .unwrap_or_else(|| version.seq_created <= seq && seq < self.seq_ended(version))
+    }
+
+    /// Sets the version's expiry, generation, source and end, in the entry or, if they do not all
+    /// fit, in the overflow table.
+    fn set_rare(&mut self, version: &mut VersionEntry, rare: Rare) {
+        if let Some(rare) = version.set_rare_inline(rare) {
             version.set_overflow(u32::try_from(self.rare.len()).unwrap_or(u32::MAX));
             self.rare.push(rare);
         }
+    }
+
+    /// Ends the version in `slot` at `seq` if it is open; returns whether it was, and whether it is
+    /// retired.
+    fn end_version(&mut self, slot: u32, seq: u64) -> Option<bool> {
+        let version = *self.slots.get(position(slot))?;
+        let mut rare = match version.rare_inline() {
+            Ok(rare) => rare,
+            Err(at) => {
+                let rare = self.rare.get_mut(at)?;
+                if rare.seq_ended != SEQ_OPEN {
+                    return None;
+                }
+                rare.seq_ended = seq;
+                return Some(version.is_retired());
+            }
+        };
+        if rare.seq_ended != SEQ_OPEN {
+            return None;
+        }
+        rare.seq_ended = seq;
+        let mut ended = version;
+        self.set_rare(&mut ended, rare);
+        if let Some(entry) = self.slots.get_mut(position(slot)) {
+            *entry = ended;
+        }
+        Some(version.is_retired())
     }
 
     /// The versions of the id's current history (since its last delete), newest first.
@@ -1625,9 +1747,9 @@ impl Index {
         }
     }
 
-    /// Appends a version of id `name` created by batch `seq`, expiring at `expires_at`; it ends the
-    /// id's open version.
-    fn push_version(&mut self, seq: u64, name: &str, mut version: VersionEntry, expires_at: i64) -> u32 {
+    /// Appends a version of id `name` created by batch `seq`, expiring at `expires_at`, from source
+    /// number `source`; it ends the id's open version.
+    fn push_version(&mut self, seq: u64, name: &str, mut version: VersionEntry, expires_at: i64, source: u32) -> u32 {
         let slot = u32::try_from(self.slots.len()).unwrap_or(u32::MAX);
         let id = self.id_position(name);
         let Some(entry) = self.ids.get_mut(position(id)) else {
@@ -1637,14 +1759,8 @@ impl Index {
         version.prev = entry.latest;
         entry.latest = slot;
         let generation = self.deletes.get(&id).copied().unwrap_or(0);
-        self.set_rare(&mut version, expires_at, generation);
-        let mut ended_live = false;
-        if let Some(previous) = self.slots.get_mut(position(version.prev)) {
-            if previous.seq_ended == SEQ_OPEN {
-                previous.seq_ended = seq;
-                ended_live = !previous.is_retired();
-            }
-        }
+        self.set_rare(&mut version, Rare::open(expires_at, generation, source));
+        let ended_live = self.end_version(version.prev, seq).is_some_and(|retired| !retired);
         match (ended_live, version.is_retired()) {
             (false, false) => self.live_ids += 1,
             (true, true) => self.live_ids = self.live_ids.saturating_sub(1),
@@ -1664,15 +1780,14 @@ impl Index {
             put.id,
             VersionEntry {
                 seq_created: seq,
-                seq_ended: SEQ_OPEN,
                 location,
-                version_tag: version_tag(put.version),
                 scope,
-                source,
                 ..VersionEntry::default()
             }
-            .with_meta(put.timestamp, kind, VersionState::Stored),
+            .with_meta(put.timestamp, kind, VersionState::Stored)
+            .with_version(put.version),
             put.expires_at().unwrap_or(NEVER_EXPIRES),
+            source,
         );
         let key = (put.timestamp, slot);
         let kind_index = usize::from(kind);
@@ -1699,13 +1814,13 @@ impl Index {
             id,
             VersionEntry {
                 seq_created: seq,
-                seq_ended: SEQ_OPEN,
                 location,
-                version_tag: version_tag(version),
                 ..VersionEntry::default()
             }
-            .with_meta(0, 0, VersionState::Retired),
+            .with_meta(0, 0, VersionState::Retired)
+            .with_version(version),
             NEVER_EXPIRES,
+            0,
         );
     }
 
@@ -1722,13 +1837,8 @@ impl Index {
         };
         let latest = entry.latest;
         *self.deletes.entry(id).or_insert(0) += 1;
-        if let Some(previous) = self.slots.get_mut(position(latest)) {
-            if previous.seq_ended == SEQ_OPEN {
-                previous.seq_ended = seq;
-                if !previous.is_retired() {
-                    self.live_ids = self.live_ids.saturating_sub(1);
-                }
-            }
+        if self.end_version(latest, seq) == Some(false) {
+            self.live_ids = self.live_ids.saturating_sub(1);
         }
         true
     }
@@ -1774,7 +1884,7 @@ impl Index {
             if let Some(version) = index.slots.get_mut(at) {
                 version.prev = prev;
             }
-            if version.seq_ended == SEQ_OPEN && version.is_stored() {
+            if version.is_stored() && index.is_open(&version) {
                 live_ids += 1;
             }
         }
@@ -1856,13 +1966,17 @@ impl Index {
     /// Its entries stay in the ordered sets (readers skip versions that are not stored) until
     /// [`Index::unlink_from_sets`]; returns whether it was stored (so has entries there).
     pub(crate) fn retire(&mut self, slot: u32, location: Location) -> bool {
-        let Some(version) = self.slots.get_mut(position(slot)) else {
+        let Some(version) = self.slots.get(position(slot)) else {
             return false;
         };
         let was_stored = version.is_stored();
-        if was_stored && version.seq_ended == SEQ_OPEN {
+        let open = was_stored && self.is_open(version);
+        if open {
             self.live_ids = self.live_ids.saturating_sub(1);
         }
+        let Some(version) = self.slots.get_mut(position(slot)) else {
+            return false;
+        };
         version.set_state(VersionState::Retired);
         version.location = location;
         was_stored
@@ -1977,8 +2091,8 @@ pub(crate) mod tests {
         assert!(!index.segment_published(7), "no such segment");
     }
 
-    fn visible_tag(index: &Index, name: &str, seq: u64) -> Option<u32> {
-        index.visible(name, seq).map(|v| v.version.version_tag)
+    fn visible_tag(index: &Index, name: &str, seq: u64) -> Option<u16> {
+        index.visible(name, seq).map(|v| v.version.version_tag())
     }
 
     #[test]
@@ -2058,8 +2172,13 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn a_version_keeps_its_timestamp_type_state_expiry_and_generation_apart() {
+    fn a_version_keeps_its_timestamp_type_state_and_rare_fields_apart() {
         let states = [VersionState::Stored, VersionState::Retired, VersionState::Forgotten];
+        let created = 3u64;
+        let seq_ends_that_fit = [SEQ_OPEN, created, 9, created + u64::from(u32::MAX) - 1];
+        let seq_ends_that_do_not = [created + u64::from(u32::MAX), u64::MAX - 1, created - 1];
+        let sources_that_fit = [0, 7, SOURCE_INLINE_MAX];
+        let sources_that_do_not = [SOURCE_INLINE_MAX + 1, u32::MAX];
         for timestamp in [0, 1, 1_700_000_000, crate::limits::TIMESTAMP_MAX] {
             let fits = [
                 NEVER_EXPIRES,
@@ -2074,57 +2193,82 @@ pub(crate) mod tests {
                 i64::MIN,
                 i64::MAX - 1,
             ];
+            // Each field in and out of what the entry holds, the others holding a value that fits.
+            let cases: Vec<Rare> = fits
+                .iter()
+                .map(|e| Rare::open(*e, 0, 0))
+                .chain(fits.iter().map(|e| Rare::open(*e, GENERATION_INLINE_MAX, 1)))
+                .chain(does_not.iter().map(|e| Rare::open(*e, 0, 2)))
+                .chain(fits.iter().map(|e| Rare::open(*e, GENERATION_INLINE_MAX + 1, 3)))
+                .chain([Rare::open(NEVER_EXPIRES, u32::MAX, 4)])
+                .chain(
+                    sources_that_fit
+                        .iter()
+                        .chain(&sources_that_do_not)
+                        .map(|s| Rare::open(fits[2], 1, *s)),
+                )
+                .chain(seq_ends_that_fit.iter().chain(&seq_ends_that_do_not).map(|end| Rare {
+                    seq_ended: *end,
+                    ..Rare::open(fits[2], 2, 5)
+                }))
+                .collect();
             for kind in [0, 1, 0x8001, u16::MAX] {
                 for state in states {
-                    for (expires_at, generation) in fits
-                        .iter()
-                        .map(|e| (*e, 0))
-                        .chain(fits.iter().map(|e| (*e, GENERATION_INLINE_MAX)))
-                        .chain(does_not.iter().map(|e| (*e, 0)))
-                        .chain(fits.iter().map(|e| (*e, GENERATION_INLINE_MAX + 1)))
-                        .chain([(NEVER_EXPIRES, u32::MAX)])
-                    {
+                    for (n, rare) in cases.iter().enumerate() {
+                        let tag = (n as u16).wrapping_mul(0x9E37);
                         let mut version = VersionEntry {
-                            seq_created: 3,
-                            seq_ended: 9,
+                            seq_created: created,
                             ..VersionEntry::default()
                         }
-                        .with_meta(timestamp, kind, state);
-                        let overflow = version.set_rare_inline(expires_at, generation);
-                        let inline = fits.contains(&expires_at) && generation <= GENERATION_INLINE_MAX;
+                        .with_meta(timestamp, kind, state)
+                        .with_tag(tag);
+                        let overflow = version.set_rare_inline(*rare);
+                        let inline = fits.contains(&rare.expires_at)
+                            && rare.generation <= GENERATION_INLINE_MAX
+                            && rare.source <= SOURCE_INLINE_MAX
+                            && seq_ends_that_fit.contains(&rare.seq_ended);
                         let mut index = Index::default();
                         if inline {
-                            assert_eq!(overflow, None, "{timestamp} {expires_at} {generation}");
+                            assert_eq!(overflow, None, "{timestamp} {rare:?}");
                         } else {
-                            assert_eq!(overflow, Some(Rare { expires_at, generation }));
-                            index.rare = vec![
-                                Rare {
-                                    expires_at: 1,
-                                    generation: 2
-                                };
-                                7
-                            ];
-                            index.rare.push(Rare { expires_at, generation });
+                            assert_eq!(overflow, Some(*rare));
+                            index.rare = vec![Rare::open(1, 2, 3); 7];
+                            index.rare.push(*rare);
                             version.set_overflow(7);
                         }
+                        let check = |version: &VersionEntry, index: &Index| {
+                            assert_eq!(
+                                (
+                                    index.expires_at(version),
+                                    index.generation(version),
+                                    index.source_of(version),
+                                    index.seq_ended(version)
+                                ),
+                                (rare.expires_at, rare.generation, rare.source, rare.seq_ended),
+                                "{timestamp} {kind} {rare:?}"
+                            );
+                            assert_eq!((version.seq_created, version.version_tag()), (created, tag));
+                            for seq in [0, created - 1, created, created + 1, rare.seq_ended.saturating_sub(1)]
+                                .into_iter()
+                                .chain([rare.seq_ended, rare.seq_ended.saturating_add(1), u64::MAX])
+                            {
+                                assert_eq!(
+                                    index.visible_at(version, seq),
+                                    created <= seq && seq < rare.seq_ended,
+                                    "{rare:?} at {seq}"
+                                );
+                            }
+                        };
                         for next in states {
                             version.set_state(next);
                             assert_eq!(
                                 (version.timestamp(), version.kind(), version.state()),
                                 (timestamp, kind, next)
                             );
-                            assert_eq!(
-                                (index.expires_at(&version), index.generation(&version)),
-                                (expires_at, generation),
-                                "{timestamp} {kind} {next:?}"
-                            );
-                            assert_eq!((version.seq_created, version.seq_ended), (3, 9));
+                            check(&version, &index);
                         }
                         version = version.with_meta(timestamp, kind, VersionState::Stored);
-                        assert_eq!(
-                            (index.expires_at(&version), index.generation(&version)),
-                            (expires_at, generation)
-                        );
+                        check(&version, &index);
                     }
                 }
             }
@@ -2176,8 +2320,8 @@ pub(crate) mod tests {
 
     #[test]
     fn entries_stay_small() {
-        assert_eq!(std::mem::size_of::<VersionEntry>(), 64);
-        assert_eq!(std::mem::size_of::<Rare>(), 16);
+        assert_eq!(std::mem::size_of::<VersionEntry>(), 56);
+        assert_eq!(std::mem::size_of::<Rare>(), 24);
         assert_eq!(std::mem::size_of::<IdEntry>(), 4);
     }
 

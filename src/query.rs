@@ -360,13 +360,15 @@ pub(crate) fn run<T>(
             };
             // Compaction unlinks reclaimed versions from the sets a little after reclaiming them.
             let passes = version.is_stored()
-                && version.visible_at(bounds.seq)
+                && index.visible_at(version, bounds.seq)
                 && !index.expired_at(version, bounds.now)
                 && kinds.as_ref().is_none_or(|kinds| kinds.contains(&version.kind()))
                 && allowed_scopes
                     .as_ref()
                     .is_none_or(|scopes| scopes.contains(&version.scope))
-                && sources.as_ref().is_none_or(|sources| sources.contains(&version.source));
+                && sources
+                    .as_ref()
+                    .is_none_or(|sources| sources.contains(&index.source_of(version)));
             if passes {
                 group.push(version);
             }

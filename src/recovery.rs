@@ -172,7 +172,7 @@ fn stored_twice(index: &Index, segment: u32, bytes: &[u8], id: &str, version: &s
     let tag = crate::index::version_tag(version);
     index
         .current_history(id)
-        .filter(|entry| entry.version_tag == tag)
+        .filter(|entry| entry.version_tag() == tag)
         .any(|entry| {
             if entry.location.segment != segment {
                 return crate::snapshot::read_identity(index, entry).is_ok_and(|(found, _)| found == version);

@@ -364,7 +364,7 @@ fn with_record<R>(
             "the index points at a record that is not an item".into(),
         ));
     };
-    if !index.id_name_is(version.id, put.id) || version_tag(put.version) != version.version_tag {
+    if !index.id_name_is(version.id, put.id) || version_tag(put.version) != version.version_tag() {
         return Err(damaged(
             index,
             version,
@@ -406,7 +406,7 @@ pub(crate) fn read_identity(index: &Index, version: &VersionEntry) -> Result<(St
             ))
         }
     };
-    if !index.id_name_is(version.id, id) || version_tag(found) != version.version_tag {
+    if !index.id_name_is(version.id, id) || version_tag(found) != version.version_tag() {
         return Err(damaged(
             index,
             version,
@@ -418,7 +418,7 @@ pub(crate) fn read_identity(index: &Index, version: &VersionEntry) -> Result<(St
 
 /// Whether `entry` is version `asked`: the tag decides when it differs, the record when it matches.
 pub(crate) fn is_version(index: &Index, entry: &VersionEntry, asked: &str) -> Result<bool, ReadFailure> {
-    if entry.version_tag != version_tag(asked) {
+    if entry.version_tag() != version_tag(asked) {
         return Ok(false);
     }
     Ok(read_identity(index, entry)?.0 == asked)
@@ -445,7 +445,7 @@ fn same_metadata(index: &Index, version: &VersionEntry, put: &PutView<'_>) -> bo
             .is_some_and(|kind| **kind == *put.kind)
         && index
             .sources
-            .value(version.source)
+            .value(index.source_of(version))
             .is_some_and(|source| **source == *put.source)
 }
 
@@ -869,7 +869,7 @@ impl Snapshot {
         };
         // The version tag rules the latest version out without reading it; when it matches, the
         // record decides (a damaged one answers HashMismatch, as a plain `id` would).
-        if latest.version_tag == version_tag(asked) {
+        if latest.version_tag() == version_tag(asked) {
             match is_version(index, latest, asked) {
                 Ok(true) => return Ok(read(latest)?.map_or_else(|mismatch| mismatch, Answer::Found)),
                 Ok(false) => {}
@@ -889,7 +889,7 @@ impl Snapshot {
                 continue;
             }
             match is_version(index, entry, asked) {
-                Ok(true) | Err(ReadFailure::Damaged(_)) if entry.version_tag == version_tag(asked) => {
+                Ok(true) | Err(ReadFailure::Damaged(_)) if entry.version_tag() == version_tag(asked) => {
                     earlier = true;
                     break;
                 }
@@ -918,8 +918,8 @@ pub(crate) fn pinned(shared: &Shared) -> Vec<SnapshotInfo> {
             let bytes_kept = index
                 .slots
                 .iter()
-                .filter(|v| v.is_stored() && v.visible_at(pin.seq))
-                .filter(|v| !v.visible_at(index.seq) || index.expired_at(v, now))
+                .filter(|v| v.is_stored() && index.visible_at(v, pin.seq))
+                .filter(|v| !index.visible_at(v, index.seq) || index.expired_at(v, now))
                 .map(|v| u64::from(v.location.len))
                 .sum();
             SnapshotInfo {

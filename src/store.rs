@@ -1063,7 +1063,11 @@ impl Store {
                     reason: format!("pin {name:?} is at seq {}, after the log's end {}", pin.seq, index.seq),
                 });
             }
-            for version in index.slots.iter().filter(|v| v.is_stored() && v.visible_at(pin.seq)) {
+            for version in index
+                .slots
+                .iter()
+                .filter(|v| v.is_stored() && index.visible_at(v, pin.seq))
+            {
                 if let Err(
                     crate::snapshot::ReadFailure::Damaged(Error::Corrupt { file, offset, reason })
                     | crate::snapshot::ReadFailure::Io(Error::Corrupt { file, offset, reason }),

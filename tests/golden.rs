@@ -174,6 +174,11 @@ fn checkpoint_v4_fixture_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/checkpoint-v4")
 }
 
+/// The compacted store's checkpoint as checkpoint format 5 wrote it (over the same segments).
+fn checkpoint_v5_fixture_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/checkpoint-v5")
+}
+
 /// The same store as the first release wrote it, with a checkpoint of format 1.
 fn checkpoint_v1_fixture_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/format-v1-compacted")
@@ -297,6 +302,7 @@ fn the_golden_compacted_store_opens_from_its_checkpoint_and_by_full_replay() {
         (compacted_fixture_dir(), Some(checkpoint_v2_fixture_dir()), None),
         (compacted_fixture_dir(), Some(checkpoint_v3_fixture_dir()), None),
         (compacted_fixture_dir(), Some(checkpoint_v4_fixture_dir()), None),
+        (compacted_fixture_dir(), Some(checkpoint_v5_fixture_dir()), None),
     ];
     for (fixture, checkpoint_from, started_from) in cases {
         let dir = tempfile::tempdir().expect("tempdir");

@@ -905,7 +905,7 @@ fn existing_hash(
         }
     }
     for entry in index.current_history(id) {
-        if entry.version_tag != crate::index::version_tag(version) {
+        if entry.version_tag() != crate::index::version_tag(version) {
             continue;
         }
         let (found, hash) = crate::snapshot::read_identity(index, entry).map_err(Error::from)?;
