@@ -972,13 +972,187 @@ struct Run {
 /// less room (a run takes 8 or 16 bytes, a plain slot 4).
 const RUNS_PER_ENTRY_MAX: usize = 8;
 
-/// The sorted array of an ordered set: its slots, or, while they come in long runs of consecutive
-/// numbers (the time set of items added in time order, whose slots are numbered in the order they
-/// were added), those runs. The positions are the same either way.
+/// Entries per block of a [`Packed`] array.
+const PACK_BLOCK: usize = 64;
+
+/// A full block of a [`Packed`] array: its first slot, and where the gaps to its other 63 slots are.
+#[derive(Debug, Clone, Copy)]
+struct PackedBlock {
+    first: u32,
+    /// Position of the block's first word in [`Packed::words`].
+    word: u32,
+    /// Bits per gap, 0 to 32.
+    width: u8,
+}
+
+/// Strictly increasing slots in blocks of [`PACK_BLOCK`]: each full block is its first slot and the
+/// gaps to the next 63 (`slot - previous - 1`), bit-packed at the width of the block's largest gap;
+/// the last block (1 to 64 slots, none only when the array is empty) is kept as plain slots until it
+/// is full and another slot comes.
+#[derive(Debug, Clone, Default)]
+struct Packed {
+    blocks: Vec<PackedBlock>,
+    words: Vec<u64>,
+    tail: Vec<u32>,
+}
+
+impl Packed {
+    /// `slots` packed, or `None` if they are not strictly increasing.
+    fn from_vec(slots: &[u32]) -> Option<Packed> {
+        if slots.windows(2).any(|w| w.first() >= w.get(1)) {
+            return None;
+        }
+        let full = slots.len().saturating_sub(1) / PACK_BLOCK;
+        let mut packed = Packed {
+            blocks: Vec::with_capacity(full),
+            ..Packed::default()
+        };
+        let mut blocks = slots.chunks(PACK_BLOCK);
+        for block in blocks.by_ref().take(full) {
+            packed.pack(block);
+        }
+        packed.tail = blocks.next().unwrap_or_default().to_vec();
+        Some(packed)
+    }
+
+    fn len(&self) -> usize {
+        self.blocks.len() * PACK_BLOCK + self.tail.len()
+    }
+
+    fn last(&self) -> Option<u32> {
+        self.tail.last().copied()
+    }
+
+    /// Appends `slot`; false (and nothing changed) if it is not above the last slot.
+    fn push(&mut self, slot: u32) -> bool {
+        if self.last().is_some_and(|last| last >= slot) {
+            return false;
+        }
+        if self.tail.len() == PACK_BLOCK {
+            let tail = std::mem::take(&mut self.tail);
+            self.pack(&tail);
+            self.tail = tail;
+            self.tail.clear();
+        }
+        self.tail.push(slot);
+        true
+    }
+
+    /// Appends a full block of strictly increasing `slots`.
+    fn pack(&mut self, slots: &[u32]) {
+        let gaps = || {
+            slots
+                .windows(2)
+                .map(|w| w.get(1).zip(w.first()).map_or(0, |(b, a)| b - a - 1))
+        };
+        let width = gaps().map(|gap| 32 - gap.leading_zeros()).max().unwrap_or(0);
+        let start = self.words.len();
+        let bits = slots.len().saturating_sub(1) * width as usize;
+        self.words.resize(start + bits.div_ceil(64), 0);
+        for (j, gap) in gaps().enumerate() {
+            let at = j * width as usize;
+            let (word, shift) = (start + at / 64, at % 64);
+            if let Some(low) = self.words.get_mut(word) {
+                *low |= u64::from(gap) << shift;
+            }
+            if shift + width as usize > 64 {
+                if let Some(high) = self.words.get_mut(word + 1) {
+                    *high |= u64::from(gap) >> (64 - shift);
+                }
+            }
+        }
+        self.blocks.push(PackedBlock {
+            first: slots.first().copied().unwrap_or(0),
+            word: u32::try_from(start).unwrap_or(u32::MAX),
+            width: width as u8,
+        });
+    }
+
+    /// Gap `j` of `block` (the one between its slots `j` and `j + 1`).
+    fn gap(&self, block: &PackedBlock, j: usize) -> u32 {
+        let width = usize::from(block.width);
+        if width == 0 {
+            return 0;
+        }
+        let at = j * width;
+        let word = block.word as usize + at / 64;
+        let shift = at % 64;
+        let mut value = self.words.get(word).map_or(0, |w| w >> shift);
+        if shift + width > 64 {
+            value |= self.words.get(word + 1).map_or(0, |w| w << (64 - shift));
+        }
+        (value & ((1u64 << width) - 1)) as u32
+    }
+
+    /// The slots of block `number` (the tail after the full blocks) into `out`; returns how many.
+    fn decode(&self, number: usize, out: &mut [u32; PACK_BLOCK]) -> usize {
+        let Some(block) = self.blocks.get(number) else {
+            let count = self.tail.len().min(PACK_BLOCK);
+            if let (Some(to), Some(from)) = (out.get_mut(..count), self.tail.get(..count)) {
+                to.copy_from_slice(from);
+            }
+            return count;
+        };
+        let mut slot = block.first;
+        for (j, to) in out.iter_mut().enumerate() {
+            if j > 0 {
+                slot = slot.wrapping_add(self.gap(block, j - 1)).wrapping_add(1);
+            }
+            *to = slot;
+        }
+        PACK_BLOCK
+    }
+
+    fn get(&self, position: usize) -> Option<u32> {
+        let (number, offset) = (position / PACK_BLOCK, position % PACK_BLOCK);
+        let Some(block) = self.blocks.get(number) else {
+            return self.tail.get(position - self.blocks.len() * PACK_BLOCK).copied();
+        };
+        let mut slot = block.first;
+        for j in 0..offset {
+            slot = slot.wrapping_add(self.gap(block, j)).wrapping_add(1);
+        }
+        Some(slot)
+    }
+
+    /// The first position whose slot `pred` says no to: the blocks by their first slots, then
+    /// within the one block where the answer is.
+    fn partition_point(&self, mut pred: impl FnMut(u32) -> bool) -> usize {
+        let firsts = self.blocks.partition_point(|block| pred(block.first));
+        let number = if firsts < self.blocks.len() {
+            match firsts.checked_sub(1) {
+                Some(before) => before,
+                None => return 0,
+            }
+        } else if self.tail.first().is_some_and(|first| pred(*first)) {
+            self.blocks.len()
+        } else {
+            match firsts.checked_sub(1) {
+                Some(before) => before,
+                None => return 0,
+            }
+        };
+        let mut out = [0u32; PACK_BLOCK];
+        let count = self.decode(number, &mut out);
+        number * PACK_BLOCK + out.get(..count).unwrap_or_default().partition_point(|slot| pred(*slot))
+    }
+
+    fn heap_bytes(&self) -> u64 {
+        (self.blocks.capacity() * std::mem::size_of::<PackedBlock>()
+            + self.words.capacity() * 8
+            + self.tail.capacity() * 4) as u64
+    }
+}
+
+/// The sorted array of an ordered set: while its slots come in long runs of consecutive numbers (the
+/// time set of items added in time order, whose slots are numbered in the order they were added),
+/// those runs; else while they increase along the array (every set of items added in time order),
+/// packed as gaps ([`Packed`]); else the plain slots. The positions are the same in every form.
 #[derive(Debug, Clone)]
 enum SortedSlots {
     Plain(Vec<u32>),
     Runs(Vec<Run>),
+    Packed(Packed),
 }
 
 impl Default for SortedSlots {
@@ -988,7 +1162,7 @@ impl Default for SortedSlots {
 }
 
 impl SortedSlots {
-    /// The array of `slots`, as runs if they come in long enough ones.
+    /// The array of `slots`: as runs if they come in long enough ones, else packed if they increase.
     fn from_vec(slots: Vec<u32>) -> SortedSlots {
         // Counting the runs stops as soon as there are too many (at once for most type sets).
         let most = slots.len() / RUNS_PER_ENTRY_MAX;
@@ -1002,7 +1176,7 @@ impl SortedSlots {
             }
         }
         if slots.is_empty() || runs > most {
-            return SortedSlots::Plain(slots);
+            return Packed::from_vec(&slots).map_or(SortedSlots::Plain(slots), SortedSlots::Packed);
         }
         let mut list: Vec<Run> = Vec::with_capacity(runs);
         let mut last = None;
@@ -1023,6 +1197,7 @@ impl SortedSlots {
         match self {
             SortedSlots::Plain(slots) => slots.len(),
             SortedSlots::Runs(runs) => runs.last().map_or(0, |run| run.end),
+            SortedSlots::Packed(packed) => packed.len(),
         }
     }
 
@@ -1048,6 +1223,7 @@ impl SortedSlots {
                 let count = run.end - SortedSlots::run_start(runs, last);
                 Some(run.first + u32::try_from(count - 1).unwrap_or(u32::MAX))
             }
+            SortedSlots::Packed(packed) => packed.last(),
         }
     }
 
@@ -1058,16 +1234,26 @@ impl SortedSlots {
             SortedSlots::Runs(runs) => {
                 SortedSlots::slot_in(runs, runs.partition_point(|run| run.end <= position), position)
             }
+            SortedSlots::Packed(packed) => packed.get(position),
         }
     }
 
-    /// Appends `slot`; runs that grow too many per entry become plain slots.
+    /// Appends `slot`; runs that grow too many per entry are packed (or become plain slots), and
+    /// packed slots become plain ones at a slot that does not increase.
     fn push(&mut self, slot: u32) {
         let follows = self.last().and_then(|last| last.checked_add(1)) == Some(slot);
         let len = self.len();
         let too_many = match self {
             SortedSlots::Plain(slots) => {
                 slots.push(slot);
+                false
+            }
+            SortedSlots::Packed(packed) => {
+                if !packed.push(slot) {
+                    let mut slots = self.to_vec();
+                    slots.push(slot);
+                    *self = SortedSlots::Plain(slots);
+                }
                 false
             }
             SortedSlots::Runs(runs) => {
@@ -1083,7 +1269,7 @@ impl SortedSlots {
             }
         };
         if too_many {
-            *self = SortedSlots::Plain(self.to_vec());
+            *self = SortedSlots::from_vec(self.to_vec());
         }
     }
 
@@ -1091,6 +1277,7 @@ impl SortedSlots {
     fn partition_point(&self, mut pred: impl FnMut(u32) -> bool) -> usize {
         match self {
             SortedSlots::Plain(slots) => slots.partition_point(|slot| pred(*slot)),
+            SortedSlots::Packed(packed) => packed.partition_point(pred),
             SortedSlots::Runs(_) => {
                 let (mut low, mut high) = (0usize, self.len());
                 while low < high {
@@ -1119,6 +1306,13 @@ impl SortedSlots {
                 front_run: runs.partition_point(|run| run.end <= from),
                 back_run: runs.partition_point(|run| run.end < to),
             },
+            SortedSlots::Packed(packed) => SlotIter::Packed(Box::new(PackedIter {
+                packed,
+                front: from,
+                back: to,
+                front_block: (usize::MAX, [0; PACK_BLOCK]),
+                back_block: (usize::MAX, [0; PACK_BLOCK]),
+            })),
         }
     }
 
@@ -1126,13 +1320,13 @@ impl SortedSlots {
     fn to_vec(&self) -> Vec<u32> {
         match self {
             SortedSlots::Plain(slots) => slots.clone(),
-            SortedSlots::Runs(_) => self.iter(0, self.len()).collect(),
+            SortedSlots::Runs(_) | SortedSlots::Packed(_) => self.iter(0, self.len()).collect(),
         }
     }
 
     /// Keeps the array as plain slots, for editing in place.
     fn make_plain(&mut self) {
-        if let SortedSlots::Runs(_) = self {
+        if !matches!(self, SortedSlots::Plain(_)) {
             *self = SortedSlots::Plain(self.to_vec());
         }
     }
@@ -1141,7 +1335,7 @@ impl SortedSlots {
     fn take_vec(&mut self) -> Vec<u32> {
         match std::mem::take(self) {
             SortedSlots::Plain(slots) => slots,
-            runs @ SortedSlots::Runs(_) => runs.to_vec(),
+            other @ (SortedSlots::Runs(_) | SortedSlots::Packed(_)) => other.to_vec(),
         }
     }
 
@@ -1149,13 +1343,36 @@ impl SortedSlots {
         match self {
             SortedSlots::Plain(slots) => (slots.capacity() * 4) as u64,
             SortedSlots::Runs(runs) => (runs.capacity() * std::mem::size_of::<Run>()) as u64,
+            SortedSlots::Packed(packed) => packed.heap_bytes(),
         }
+    }
+}
+
+/// Positions `front..back` of a [`Packed`] array, with the last block decoded at either end.
+struct PackedIter<'a> {
+    packed: &'a Packed,
+    front: usize,
+    back: usize,
+    front_block: (usize, [u32; PACK_BLOCK]),
+    back_block: (usize, [u32; PACK_BLOCK]),
+}
+
+impl PackedIter<'_> {
+    /// The slot at `position`, decoding its block into `cache` unless it is there already.
+    fn slot(packed: &Packed, cache: &mut (usize, [u32; PACK_BLOCK]), position: usize) -> Option<u32> {
+        let number = position / PACK_BLOCK;
+        if cache.0 != number {
+            packed.decode(number, &mut cache.1);
+            cache.0 = number;
+        }
+        cache.1.get(position % PACK_BLOCK).copied()
     }
 }
 
 /// The slots of a [`SortedSlots`] between two positions, from either end.
 enum SlotIter<'a> {
     Plain(std::slice::Iter<'a, u32>),
+    Packed(Box<PackedIter<'a>>),
     Runs {
         runs: &'a [Run],
         front: usize,
@@ -1188,6 +1405,13 @@ impl Iterator for SlotIter<'_> {
                 *front += 1;
                 SortedSlots::slot_in(runs, *front_run, *front - 1)
             }
+            SlotIter::Packed(it) => {
+                if it.front >= it.back {
+                    return None;
+                }
+                it.front += 1;
+                PackedIter::slot(it.packed, &mut it.front_block, it.front - 1)
+            }
         }
     }
 }
@@ -1211,6 +1435,13 @@ impl DoubleEndedIterator for SlotIter<'_> {
                     *back_run -= 1;
                 }
                 SortedSlots::slot_in(runs, *back_run, *back)
+            }
+            SlotIter::Packed(it) => {
+                if it.front >= it.back {
+                    return None;
+                }
+                it.back -= 1;
+                PackedIter::slot(it.packed, &mut it.back_block, it.back)
             }
         }
     }
@@ -2377,61 +2608,140 @@ pub(crate) mod tests {
 
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
-        /// A sorted array built by pushes, as runs while they pay and plain slots otherwise,
-        /// against a plain vector: length, last slot, every position, ranges from either end, and
-        /// the first position a predicate says no to.
+        /// A sorted array built by pushes, as runs while they pay, packed while its slots increase
+        /// and plain slots otherwise, against a plain vector: length, last slot, every position,
+        /// ranges from either end, and the first position a predicate says no to. The same slots
+        /// sorted (so packed once runs stop paying) go through the same checks.
         #[test]
         fn sorted_slots_hold_what_was_pushed(
-            blocks in proptest::collection::vec((0u32..8, 1usize..200), 0..40),
+            blocks in proptest::collection::vec((0u32..8, 1usize..200, 0u32..32), 0..40),
             cuts in proptest::collection::vec((0usize..5000, 0usize..5000), 1..8),
         ) {
-            // Blocks of consecutive slots, each starting far from the others (so all are distinct),
-            // in an order that is not theirs: runs, jumps back and forth, and single slots.
+            // Blocks of slots (consecutive half the time, else apart by gaps of up to 2^step), each
+            // starting far from the others (so all are distinct), in an order that is not theirs: runs, jumps
+            // back and forth, and single slots.
             let mut model = Vec::new();
-            for (n, (place, len)) in blocks.iter().enumerate() {
-                let first = (*place * 64 + u32::try_from(n).unwrap()) * 1000;
-                model.extend(first..first + u32::try_from(*len).unwrap());
-            }
-            let mut list = SortedSlots::default();
-            for slot in &model {
-                list.push(*slot);
-            }
-            proptest::prop_assert_eq!(list.len(), model.len());
-            proptest::prop_assert_eq!(list.last(), model.last().copied());
-            proptest::prop_assert_eq!(list.to_vec(), model.clone());
-            for (at, slot) in model.iter().enumerate() {
-                proptest::prop_assert_eq!(list.get(at), Some(*slot));
-            }
-            proptest::prop_assert_eq!(list.get(model.len()), None);
-            let position: HashMap<u32, usize> = model.iter().enumerate().map(|(at, slot)| (*slot, at)).collect();
-            for (a, b) in cuts {
-                let (from, to) = (a.min(b), a.max(b));
-                let expected: Vec<u32> = model.get(from.min(model.len())..to.min(model.len())).unwrap_or_default().to_vec();
-                proptest::prop_assert_eq!(list.iter(from, to).collect::<Vec<_>>(), expected.clone());
-                let mut reversed = expected.clone();
-                reversed.reverse();
-                proptest::prop_assert_eq!(list.iter(from, to).rev().collect::<Vec<_>>(), reversed);
-                // Both ends at once meet in the middle.
-                let mut both = list.iter(from, to);
-                let (mut front, mut back) = (Vec::new(), Vec::new());
-                while let Some(slot) = both.next() {
-                    front.push(slot);
-                    if let Some(slot) = both.next_back() {
-                        back.push(slot);
-                    }
+            for (n, (place, len, step)) in blocks.iter().enumerate() {
+                // 320 starting points 13,000,000 apart; a block spans at most 200 * 2^15.
+                let mut slot = u64::from(*place * 40 + u32::try_from(n).unwrap()) * 13_000_000;
+                for k in 0..*len as u64 {
+                    model.push(u32::try_from(slot).unwrap());
+                    slot += if *step >= 16 { 1 } else { 1 + (k * 7919) % (1u64 << step) };
                 }
-                back.reverse();
-                front.extend(back);
-                proptest::prop_assert_eq!(front, expected);
-                let cut = a.min(model.len());
+            }
+            let mut sorted = model.clone();
+            sorted.sort_unstable();
+            sorted.dedup();
+            for model in [model, sorted] {
+                check_sorted_slots(&model, &cuts)?;
+            }
+        }
+    }
+
+    fn check_sorted_slots(model: &[u32], cuts: &[(usize, usize)]) -> Result<(), proptest::test_runner::TestCaseError> {
+        let mut list = SortedSlots::default();
+        for slot in model {
+            list.push(*slot);
+        }
+        proptest::prop_assert_eq!(list.len(), model.len());
+        proptest::prop_assert_eq!(list.last(), model.last().copied());
+        proptest::prop_assert_eq!(list.to_vec(), model.to_vec());
+        for (at, slot) in model.iter().enumerate() {
+            proptest::prop_assert_eq!(list.get(at), Some(*slot));
+        }
+        proptest::prop_assert_eq!(list.get(model.len()), None);
+        let position: HashMap<u32, usize> = model.iter().enumerate().map(|(at, slot)| (*slot, at)).collect();
+        for (a, b) in cuts.iter().copied() {
+            let (from, to) = (a.min(b), a.max(b));
+            let expected: Vec<u32> = model
+                .get(from.min(model.len())..to.min(model.len()))
+                .unwrap_or_default()
+                .to_vec();
+            proptest::prop_assert_eq!(list.iter(from, to).collect::<Vec<_>>(), expected.clone());
+            let mut reversed = expected.clone();
+            reversed.reverse();
+            proptest::prop_assert_eq!(list.iter(from, to).rev().collect::<Vec<_>>(), reversed);
+            // Both ends at once meet in the middle.
+            let mut both = list.iter(from, to);
+            let (mut front, mut back) = (Vec::new(), Vec::new());
+            while let Some(slot) = both.next() {
+                front.push(slot);
+                if let Some(slot) = both.next_back() {
+                    back.push(slot);
+                }
+            }
+            back.reverse();
+            front.extend(back);
+            proptest::prop_assert_eq!(front, expected);
+            for cut in [a.min(model.len()), b.min(model.len())] {
                 proptest::prop_assert_eq!(list.partition_point(|slot| position[&slot] < cut), cut);
             }
-            let rebuilt = SortedSlots::from_vec(model.clone());
-            proptest::prop_assert_eq!(rebuilt.to_vec(), model.clone());
-            let runs = 1 + model.windows(2).filter(|w| w[0] + 1 != w[1]).count();
-            let as_runs = matches!(rebuilt, SortedSlots::Runs(_));
-            proptest::prop_assert_eq!(as_runs, !model.is_empty() && runs * RUNS_PER_ENTRY_MAX <= model.len());
         }
+        let increasing = model.windows(2).all(|w| w[0] < w[1]);
+        let rebuilt = SortedSlots::from_vec(model.to_vec());
+        proptest::prop_assert_eq!(rebuilt.to_vec(), model.to_vec());
+        let runs = 1 + model.windows(2).filter(|w| w[0] + 1 != w[1]).count();
+        let as_runs = !model.is_empty() && runs * RUNS_PER_ENTRY_MAX <= model.len();
+        let form = match rebuilt {
+            SortedSlots::Runs(_) => "runs",
+            SortedSlots::Packed(_) => "packed",
+            SortedSlots::Plain(_) => "plain",
+        };
+        let expected_form = if as_runs {
+            "runs"
+        } else if increasing {
+            "packed"
+        } else {
+            "plain"
+        };
+        proptest::prop_assert_eq!(form, expected_form);
+        // Pushes keep the same forms, but for the slack that lets a short array keep its runs.
+        if !as_runs && model.len() > 200 {
+            let pushed_form = match list {
+                SortedSlots::Runs(_) => "runs",
+                SortedSlots::Packed(_) => "packed",
+                SortedSlots::Plain(_) => "plain",
+            };
+            proptest::prop_assert_eq!(pushed_form, expected_form);
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn packed_slots_keep_gaps_of_every_width() {
+        // Gaps of 0 to 32 bits, each width in a block of its own, and one block whose gaps straddle
+        // the words they are packed in.
+        let mut slots = vec![0u32];
+        for width in 0..=32u32 {
+            for k in 0..PACK_BLOCK as u64 {
+                let gap = if width == 0 { 0 } else { (1u64 << (width - 1)) + k % 3 };
+                let next = u64::from(*slots.last().unwrap()) + 1 + gap.min(u64::from(u32::MAX) / 4096);
+                slots.push(u32::try_from(next).unwrap());
+            }
+        }
+        slots.extend([u32::MAX - 2, u32::MAX - 1]);
+        let packed = SortedSlots::from_vec(slots.clone());
+        let SortedSlots::Packed(inner) = &packed else {
+            panic!("increasing slots are packed");
+        };
+        assert!(inner.blocks.iter().any(|block| block.width >= 20));
+        assert_eq!(packed.to_vec(), slots);
+        for (at, slot) in slots.iter().enumerate() {
+            assert_eq!(packed.get(at), Some(*slot));
+            assert_eq!(packed.partition_point(|s| s < *slot), at);
+        }
+        // The widest gap a block can hold: from slot 0 to u32::MAX - 130, then every other slot.
+        let widest: Vec<u32> = [0].into_iter().chain((u32::MAX - 130..u32::MAX).step_by(2)).collect();
+        let SortedSlots::Packed(inner) = SortedSlots::from_vec(widest.clone()) else {
+            panic!("increasing slots are packed");
+        };
+        assert_eq!(inner.blocks.first().map(|block| block.width), Some(32));
+        let back = SortedSlots::Packed(inner);
+        assert_eq!(back.to_vec(), widest);
+        assert_eq!(
+            back.iter(0, widest.len()).rev().collect::<Vec<_>>(),
+            widest.iter().rev().copied().collect::<Vec<_>>()
+        );
     }
 
     #[test]
@@ -2442,7 +2752,6 @@ pub(crate) mod tests {
         }
         assert!(matches!(&index.by_time.base, SortedSlots::Runs(runs) if runs.len() == 1));
         assert!(index.by_time.heap_bytes() <= 64, "{}", index.by_time.heap_bytes());
-        // The type set of one type of two, alternating, is plain.
         let mut mixed = Index::default();
         for n in 0..10_000i64 {
             let name = format!("id-{n}");
@@ -2450,10 +2759,12 @@ pub(crate) mod tests {
             item.kind = if n % 2 == 0 { "message" } else { "document" };
             mixed.apply_put(1 + n as u64, &item, HERE);
         }
+        // The type set of one type of two, alternating, is packed: gaps of one slot, a bit each.
         assert!(mixed
             .by_type
             .iter()
-            .all(|set| matches!(set.base, SortedSlots::Plain(_))));
+            .filter(|set| set.len() > 0)
+            .all(|set| matches!(set.base, SortedSlots::Packed(_)) && set.heap_bytes() < 5_000));
         let keys: Vec<(i64, u32)> = index.by_time.range(&index.slots, 150, 160, true).collect();
         assert_eq!(
             keys,
