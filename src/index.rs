@@ -981,14 +981,17 @@ struct PackedBlock {
     first: u32,
     /// Position of the block's first word in [`Packed::words`].
     word: u32,
-    /// Bits per gap, 0 to 32.
+    /// Bits per gap, 0 to 33.
     width: u8,
+    /// Whether the gaps are zigzag-coded (some slot of the block is below the one before it).
+    signed: bool,
 }
 
-/// Strictly increasing slots in blocks of [`PACK_BLOCK`]: each full block is its first slot and the
-/// gaps to the next 63 (`slot - previous - 1`), bit-packed at the width of the block's largest gap;
-/// the last block (1 to 64 slots, none only when the array is empty) is kept as plain slots until it
-/// is full and another slot comes.
+/// Slots in blocks of [`PACK_BLOCK`]: each full block is its first slot and the gaps to the next 63
+/// (`slot - previous - 1`), bit-packed at the width of the block's largest gap; a block where some
+/// slot is below the one before it (keys that arrived out of order) has its gaps zigzag-coded
+/// (0, -1, 1, -2, ... as 0, 1, 2, 3, ...). The last block (1 to 64 slots, none only when the array is
+/// empty) is kept as plain slots until it is full and another slot comes.
 #[derive(Debug, Clone, Default)]
 struct Packed {
     blocks: Vec<PackedBlock>,
@@ -997,11 +1000,8 @@ struct Packed {
 }
 
 impl Packed {
-    /// `slots` packed, or `None` if they are not strictly increasing.
-    fn from_vec(slots: &[u32]) -> Option<Packed> {
-        if slots.windows(2).any(|w| w.first() >= w.get(1)) {
-            return None;
-        }
+    /// `slots` packed.
+    fn from_vec(slots: &[u32]) -> Packed {
         let full = slots.len().saturating_sub(1) / PACK_BLOCK;
         let mut packed = Packed {
             blocks: Vec::with_capacity(full),
@@ -1012,7 +1012,12 @@ impl Packed {
             packed.pack(block);
         }
         packed.tail = blocks.next().unwrap_or_default().to_vec();
-        Some(packed)
+        packed
+    }
+
+    /// Bytes the array needs, without allocation slack.
+    fn bytes(&self) -> usize {
+        self.blocks.len() * std::mem::size_of::<PackedBlock>() + self.words.len() * 8 + self.tail.len() * 4
     }
 
     fn len(&self) -> usize {
@@ -1023,11 +1028,7 @@ impl Packed {
         self.tail.last().copied()
     }
 
-    /// Appends `slot`; false (and nothing changed) if it is not above the last slot.
-    fn push(&mut self, slot: u32) -> bool {
-        if self.last().is_some_and(|last| last >= slot) {
-            return false;
-        }
+    fn push(&mut self, slot: u32) {
         if self.tail.len() == PACK_BLOCK {
             let tail = std::mem::take(&mut self.tail);
             self.pack(&tail);
@@ -1035,17 +1036,25 @@ impl Packed {
             self.tail.clear();
         }
         self.tail.push(slot);
-        true
     }
 
-    /// Appends a full block of strictly increasing `slots`.
+    /// Appends a full block of `slots`.
     fn pack(&mut self, slots: &[u32]) {
+        let signed = slots.windows(2).any(|w| w.first() >= w.get(1));
         let gaps = || {
-            slots
-                .windows(2)
-                .map(|w| w.get(1).zip(w.first()).map_or(0, |(b, a)| b - a - 1))
+            slots.windows(2).map(move |w| {
+                let gap = w
+                    .get(1)
+                    .zip(w.first())
+                    .map_or(0, |(b, a)| i64::from(*b) - i64::from(*a) - 1);
+                if signed {
+                    ((gap << 1) ^ (gap >> 63)) as u64
+                } else {
+                    gap as u64
+                }
+            })
         };
-        let width = gaps().map(|gap| 32 - gap.leading_zeros()).max().unwrap_or(0);
+        let width = gaps().map(|gap| 64 - gap.leading_zeros()).max().unwrap_or(0);
         let start = self.words.len();
         let bits = slots.len().saturating_sub(1) * width as usize;
         self.words.resize(start + bits.div_ceil(64), 0);
@@ -1053,11 +1062,11 @@ impl Packed {
             let at = j * width as usize;
             let (word, shift) = (start + at / 64, at % 64);
             if let Some(low) = self.words.get_mut(word) {
-                *low |= u64::from(gap) << shift;
+                *low |= gap << shift;
             }
             if shift + width as usize > 64 {
                 if let Some(high) = self.words.get_mut(word + 1) {
-                    *high |= u64::from(gap) >> (64 - shift);
+                    *high |= gap >> (64 - shift);
                 }
             }
         }
@@ -1065,11 +1074,24 @@ impl Packed {
             first: slots.first().copied().unwrap_or(0),
             word: u32::try_from(start).unwrap_or(u32::MAX),
             width: width as u8,
+            signed,
         });
     }
 
-    /// Gap `j` of `block` (the one between its slots `j` and `j + 1`).
-    fn gap(&self, block: &PackedBlock, j: usize) -> u32 {
+    /// The slot after `slot` in `block`, its gap `j` (the one between its slots `j` and `j + 1`)
+    /// further.
+    fn step(&self, block: &PackedBlock, j: usize, slot: u32) -> u32 {
+        let coded = self.gap(block, j);
+        let gap = if block.signed {
+            ((coded >> 1) as i64) ^ -((coded & 1) as i64)
+        } else {
+            coded as i64
+        };
+        (i64::from(slot) + 1 + gap) as u32
+    }
+
+    /// Coded gap `j` of `block`.
+    fn gap(&self, block: &PackedBlock, j: usize) -> u64 {
         let width = usize::from(block.width);
         if width == 0 {
             return 0;
@@ -1081,7 +1103,7 @@ impl Packed {
         if shift + width > 64 {
             value |= self.words.get(word + 1).map_or(0, |w| w << (64 - shift));
         }
-        (value & ((1u64 << width) - 1)) as u32
+        value & ((1u64 << width) - 1)
     }
 
     /// The slots of block `number` (the tail after the full blocks) into `out`; returns how many.
@@ -1096,7 +1118,7 @@ impl Packed {
         let mut slot = block.first;
         for (j, to) in out.iter_mut().enumerate() {
             if j > 0 {
-                slot = slot.wrapping_add(self.gap(block, j - 1)).wrapping_add(1);
+                slot = self.step(block, j - 1, slot);
             }
             *to = slot;
         }
@@ -1110,7 +1132,7 @@ impl Packed {
         };
         let mut slot = block.first;
         for j in 0..offset {
-            slot = slot.wrapping_add(self.gap(block, j)).wrapping_add(1);
+            slot = self.step(block, j, slot);
         }
         Some(slot)
     }
@@ -1146,8 +1168,10 @@ impl Packed {
 
 /// The sorted array of an ordered set: while its slots come in long runs of consecutive numbers (the
 /// time set of items added in time order, whose slots are numbered in the order they were added),
-/// those runs; else while they increase along the array (every set of items added in time order),
-/// packed as gaps ([`Packed`]); else the plain slots. The positions are the same in every form.
+/// those runs; else, while that takes less room, packed as gaps between slots ([`Packed`]; the sets
+/// of items added in time order, where the slots increase along the array, take a few bits per
+/// entry); else the plain slots, which is also the form a purge edits. The positions are the same in
+/// every form.
 #[derive(Debug, Clone)]
 enum SortedSlots {
     Plain(Vec<u32>),
@@ -1176,7 +1200,12 @@ impl SortedSlots {
             }
         }
         if slots.is_empty() || runs > most {
-            return Packed::from_vec(&slots).map_or(SortedSlots::Plain(slots), SortedSlots::Packed);
+            let packed = Packed::from_vec(&slots);
+            return if packed.bytes() <= slots.len() * 4 {
+                SortedSlots::Packed(packed)
+            } else {
+                SortedSlots::Plain(slots)
+            };
         }
         let mut list: Vec<Run> = Vec::with_capacity(runs);
         let mut last = None;
@@ -1238,8 +1267,8 @@ impl SortedSlots {
         }
     }
 
-    /// Appends `slot`; runs that grow too many per entry are packed (or become plain slots), and
-    /// packed slots become plain ones at a slot that does not increase.
+    /// Appends `slot`; runs that grow too many per entry are packed (or become plain slots if packing
+    /// does not pay).
     fn push(&mut self, slot: u32) {
         let follows = self.last().and_then(|last| last.checked_add(1)) == Some(slot);
         let len = self.len();
@@ -1249,10 +1278,10 @@ impl SortedSlots {
                 false
             }
             SortedSlots::Packed(packed) => {
-                if !packed.push(slot) {
-                    let mut slots = self.to_vec();
-                    slots.push(slot);
-                    *self = SortedSlots::Plain(slots);
+                packed.push(slot);
+                // A block was just packed: it may have been one of wide gaps.
+                if packed.tail.len() == 1 && packed.bytes() > packed.len() * 4 {
+                    *self = SortedSlots::Plain(self.to_vec());
                 }
                 false
             }
@@ -2608,8 +2637,8 @@ pub(crate) mod tests {
 
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
-        /// A sorted array built by pushes, as runs while they pay, packed while its slots increase
-        /// and plain slots otherwise, against a plain vector: length, last slot, every position,
+        /// A sorted array built by pushes, as runs while they pay, packed while that pays and plain
+        /// slots otherwise, against a plain vector: length, last slot, every position,
         /// ranges from either end, and the first position a predicate says no to. The same slots
         /// sorted (so packed once runs stop paying) go through the same checks.
         #[test]
@@ -2632,7 +2661,12 @@ pub(crate) mod tests {
             let mut sorted = model.clone();
             sorted.sort_unstable();
             sorted.dedup();
-            for model in [model, sorted] {
+            // Sorted but for a few slots moved back a little: keys merged out of order.
+            let mut nearly = sorted.clone();
+            for at in (7..nearly.len()).step_by(97) {
+                nearly.swap(at, at - 5);
+            }
+            for model in [model, sorted, nearly] {
                 check_sorted_slots(&model, &cuts)?;
             }
         }
@@ -2677,7 +2711,7 @@ pub(crate) mod tests {
                 proptest::prop_assert_eq!(list.partition_point(|slot| position[&slot] < cut), cut);
             }
         }
-        let increasing = model.windows(2).all(|w| w[0] < w[1]);
+        let packing_pays = Packed::from_vec(model).bytes() <= model.len() * 4;
         let rebuilt = SortedSlots::from_vec(model.to_vec());
         proptest::prop_assert_eq!(rebuilt.to_vec(), model.to_vec());
         let runs = 1 + model.windows(2).filter(|w| w[0] + 1 != w[1]).count();
@@ -2689,20 +2723,15 @@ pub(crate) mod tests {
         };
         let expected_form = if as_runs {
             "runs"
-        } else if increasing {
+        } else if packing_pays {
             "packed"
         } else {
             "plain"
         };
         proptest::prop_assert_eq!(form, expected_form);
-        // Pushes keep the same forms, but for the slack that lets a short array keep its runs.
-        if !as_runs && model.len() > 200 {
-            let pushed_form = match list {
-                SortedSlots::Runs(_) => "runs",
-                SortedSlots::Packed(_) => "packed",
-                SortedSlots::Plain(_) => "plain",
-            };
-            proptest::prop_assert_eq!(pushed_form, expected_form);
+        // Pushes keep an array packed only while that pays.
+        if let SortedSlots::Packed(packed) = &list {
+            proptest::prop_assert!(packed.bytes() <= model.len() * 4);
         }
         Ok(())
     }
@@ -2730,10 +2759,11 @@ pub(crate) mod tests {
             assert_eq!(packed.get(at), Some(*slot));
             assert_eq!(packed.partition_point(|s| s < *slot), at);
         }
-        // The widest gap a block can hold: from slot 0 to u32::MAX - 130, then every other slot.
-        let widest: Vec<u32> = [0].into_iter().chain((u32::MAX - 130..u32::MAX).step_by(2)).collect();
+        // The widest increasing gap a block can hold: from slot 0 to u32::MAX - 1000, then every
+        // other slot.
+        let widest: Vec<u32> = [0].into_iter().chain((u32::MAX - 1000..u32::MAX).step_by(2)).collect();
         let SortedSlots::Packed(inner) = SortedSlots::from_vec(widest.clone()) else {
-            panic!("increasing slots are packed");
+            panic!("packing pays");
         };
         assert_eq!(inner.blocks.first().map(|block| block.width), Some(32));
         let back = SortedSlots::Packed(inner);
@@ -2742,6 +2772,40 @@ pub(crate) mod tests {
             back.iter(0, widest.len()).rev().collect::<Vec<_>>(),
             widest.iter().rev().copied().collect::<Vec<_>>()
         );
+        // Slots that go back: a little (keys merged out of order), and from u32::MAX - 1 to 0 and
+        // from 0 to u32::MAX - 1, the widest gaps either way (33 bits zigzag-coded).
+        let mut back_and_forth: Vec<u32> = (0..1_000u32).map(|n| n * 3).collect();
+        for at in (5..back_and_forth.len()).step_by(50) {
+            back_and_forth.swap(at, at - 3);
+        }
+        back_and_forth.extend([u32::MAX - 1, 0, u32::MAX - 1, 5, 4, 3]);
+        back_and_forth.extend((0..200u32).map(|n| 100 + n * 2));
+        let SortedSlots::Packed(inner) = SortedSlots::from_vec(back_and_forth.clone()) else {
+            panic!("packing pays");
+        };
+        assert!(inner.blocks.iter().any(|block| block.signed && block.width == 33));
+        assert!(inner.blocks.iter().any(|block| !block.signed));
+        let packed = SortedSlots::Packed(inner);
+        assert_eq!(packed.to_vec(), back_and_forth);
+        for (at, slot) in back_and_forth.iter().enumerate() {
+            assert_eq!(packed.get(at), Some(*slot), "{at}");
+        }
+        assert_eq!(
+            packed.iter(0, back_and_forth.len()).rev().collect::<Vec<_>>(),
+            back_and_forth.iter().rev().copied().collect::<Vec<_>>()
+        );
+        // Wide gaps everywhere: packing does not pay, the slots stay plain, built whole or pushed.
+        let scattered: Vec<u32> = (0..500u32).map(|n| if n % 2 == 0 { n } else { u32::MAX - n }).collect();
+        assert!(matches!(
+            SortedSlots::from_vec(scattered.clone()),
+            SortedSlots::Plain(_)
+        ));
+        let mut pushed = SortedSlots::default();
+        for slot in &scattered {
+            pushed.push(*slot);
+        }
+        assert!(matches!(pushed, SortedSlots::Plain(_)));
+        assert_eq!(pushed.to_vec(), scattered);
     }
 
     #[test]
