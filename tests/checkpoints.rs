@@ -753,3 +753,111 @@ fn far_expiries_and_many_deletes_survive_reopen_replay_and_compaction() {
     let store = open_manual(dir.path(), &clock);
     assert_eq!(rare_answers(&store), after);
 }
+
+/// What a query by source answers for the sources of `more_sources_than_...`: the ids found for
+/// each, in order.
+fn by_source(store: &Store, sources: &[String]) -> Vec<Vec<String>> {
+    sources
+        .iter()
+        .map(|source| {
+            let query = ContextQuery::new().sources([source.as_str()]);
+            let mut ids: Vec<String> = store
+                .get(&query)
+                .expect("get")
+                .into_iter()
+                .map(|item| format!("{}@{} {}", item.id, item.version, item.source))
+                .collect();
+            ids.sort();
+            ids
+        })
+        .collect()
+}
+
+/// Source numbers past what a version entry holds (65,535) live in the index's overflow table, as
+/// do the versions of an id ended after one of them: a query by source, a resolve and the source of
+/// what it returns must answer alike for them and for the small ones, in the store that added them,
+/// after a reopen from the checkpoint and after a full replay.
+#[test]
+fn more_sources_than_an_entry_holds_answer_alike_from_the_checkpoint_and_by_replay() {
+    const T0: i64 = 1_700_000_000;
+    const N: usize = 65_600;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = clock_at(T0);
+    let open = || {
+        Options::new()
+            .clock(Arc::clone(&clock) as Arc<dyn Clock>)
+            .auto_compact(false)
+            .open(dir.path())
+            .expect("open store")
+    };
+    let store = open();
+    let source = |n: usize| format!("src-{n}");
+    for start in (0..N).step_by(10_000) {
+        let batch: Vec<ContextItem> = (start..N.min(start + 10_000))
+            .map(|n| {
+                let mut it = item(&format!("id-{n}"), T0 + n as i64, "1", json!({"n": n}));
+                it.source = source(n);
+                it
+            })
+            .collect();
+        store.add(batch).expect("add");
+    }
+    // A second version of an item from an overflowing source and of one from a small one, each
+    // from the other's source.
+    let mut late = item("id-65590", T0, "2", json!({"n": "late"}));
+    late.source = source(3);
+    let mut early = item("id-3", T0, "2", json!({"n": "early"}));
+    early.source = source(65_590);
+    store.add([late, early]).expect("add second versions");
+
+    let sources: Vec<String> = [0, 3, 65_534, 65_535, 65_536, 65_590, 65_599, N]
+        .into_iter()
+        .map(source)
+        .collect();
+    let expected: Vec<Vec<String>> = vec![
+        vec!["id-0@1 src-0".into()],
+        vec!["id-65590@2 src-3".into()],
+        vec!["id-65534@1 src-65534".into()],
+        vec!["id-65535@1 src-65535".into()],
+        vec!["id-65536@1 src-65536".into()],
+        vec!["id-3@2 src-65590".into()],
+        vec!["id-65599@1 src-65599".into()],
+        vec![],
+    ];
+    let resolved = |store: &Store| -> Vec<String> {
+        store
+            .resolve(["id-65599", "id-65590", "id-65590@1", "id-3@1"])
+            .expect("resolve")
+            .iter()
+            .map(|r| match r {
+                Resolution::Found(item) => format!("found {}@{} {}", item.id, item.version, item.source),
+                Resolution::Superseded {
+                    id, requested_version, ..
+                } => format!("superseded {id}@{requested_version}"),
+                other => format!("{other:?}"),
+            })
+            .collect()
+    };
+    let expected_resolves = [
+        "found id-65599@1 src-65599",
+        "found id-65590@2 src-3",
+        "superseded id-65590@1",
+        "superseded id-3@1",
+    ];
+    assert_eq!(by_source(&store, &sources), expected);
+    assert_eq!(resolved(&store), expected_resolves);
+    drop(store);
+
+    let store = open();
+    assert!(store.stats().recovery.checkpoint_seq.is_some());
+    assert_eq!(by_source(&store, &sources), expected);
+    assert_eq!(resolved(&store), expected_resolves);
+    drop(store);
+    for checkpoint in checkpoint_files(dir.path()) {
+        std::fs::remove_file(checkpoint).expect("remove checkpoint");
+    }
+    let store = open();
+    assert!(store.stats().recovery.checkpoint_seq.is_none());
+    assert_eq!(by_source(&store, &sources), expected);
+    assert_eq!(resolved(&store), expected_resolves);
+}
