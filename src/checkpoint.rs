@@ -276,19 +276,21 @@ fn encode_version(body: &mut Vec<u8>, index: &Index, version: &VersionEntry) {
         }
         at += bytes.len();
     };
+    // The four fields that may be in the overflow table, looked up once.
+    let rare = index.rare_of(version);
     put(&version.seq_created.to_le_bytes());
-    put(&index.seq_ended(version).to_le_bytes());
+    put(&rare.seq_ended.to_le_bytes());
     put(&version.timestamp().to_le_bytes());
-    put(&index.expires_at(version).to_le_bytes());
+    put(&rare.expires_at.to_le_bytes());
     for field in [
         version.location.segment,
         version.location.offset,
         version.location.len,
         version.id,
-        index.generation(version),
+        rare.generation,
         u32::from(version.version_tag()),
         version.scope,
-        index.source_of(version),
+        rare.source,
     ] {
         put(&field.to_le_bytes());
     }

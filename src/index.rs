@@ -1141,18 +1141,10 @@ impl Packed {
     /// within the one block where the answer is.
     fn partition_point(&self, mut pred: impl FnMut(u32) -> bool) -> usize {
         let firsts = self.blocks.partition_point(|block| pred(block.first));
-        let number = if firsts < self.blocks.len() {
-            match firsts.checked_sub(1) {
-                Some(before) => before,
-                None => return 0,
-            }
-        } else if self.tail.first().is_some_and(|first| pred(*first)) {
-            self.blocks.len()
-        } else {
-            match firsts.checked_sub(1) {
-                Some(before) => before,
-                None => return 0,
-            }
+        // The tail counts as one more block after the full ones.
+        let in_tail = firsts == self.blocks.len() && self.tail.first().is_some_and(|first| pred(*first));
+        let Some(number) = (if in_tail { Some(firsts) } else { firsts.checked_sub(1) }) else {
+            return 0;
         };
         let mut out = [0u32; PACK_BLOCK];
         let count = self.decode(number, &mut out);
@@ -1832,7 +1824,7 @@ impl Index {
     }
 
     /// The version's expiry, generation, source and end, from its entry or from the overflow table.
-    fn rare_of(&self, version: &VersionEntry) -> Rare {
+    pub(crate) fn rare_of(&self, version: &VersionEntry) -> Rare {
         version
             .rare_inline()
             .unwrap_or_else(|at| self.rare.get(at).copied().unwrap_or(Rare::open(NEVER_EXPIRES, 0, 0)))
@@ -2226,12 +2218,11 @@ impl Index {
     /// Its entries stay in the ordered sets (readers skip versions that are not stored) until
     /// [`Index::unlink_from_sets`]; returns whether it was stored (so has entries there).
     pub(crate) fn retire(&mut self, slot: u32, location: Location) -> bool {
-        let Some(version) = self.slots.get(position(slot)) else {
+        let Some(version) = self.slots.get(position(slot)).copied() else {
             return false;
         };
         let was_stored = version.is_stored();
-        let open = was_stored && self.is_open(version);
-        if open {
+        if was_stored && self.is_open(&version) {
             self.live_ids = self.live_ids.saturating_sub(1);
         }
         let Some(version) = self.slots.get_mut(position(slot)) else {
