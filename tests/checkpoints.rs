@@ -861,3 +861,66 @@ fn more_sources_than_an_entry_holds_answer_alike_from_the_checkpoint_and_by_repl
     assert_eq!(by_source(&store, &sources), expected);
     assert_eq!(resolved(&store), expected_resolves);
 }
+
+/// Copies the files of a store that is open, as a crash would leave them: a file that goes away
+/// meanwhile (a checkpoint's `.tmp` renamed) is left out.
+fn copy_live_store(from: &Path, to: &Path) {
+    for entry in std::fs::read_dir(from).expect("list store") {
+        let entry = entry.expect("dir entry");
+        match std::fs::copy(entry.path(), to.join(entry.file_name())) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => panic!("copying {}: {e}", entry.path().display()),
+        }
+    }
+}
+
+/// `compact()` leaves the last checkpoint stale (it was taken over the segments it rewrote) and
+/// returns without writing one: the maintenance thread writes the next in a lull, although the log
+/// has not grown by `checkpoint_every`, so that a crash after that reopens from a checkpoint. A
+/// crash before it replays the whole log, to the same state.
+#[test]
+fn the_maintenance_thread_checkpoints_after_a_compaction_without_waiting_for_a_close() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = clock_at(NOW);
+    let built = build(dir.path(), &clock);
+    clock.set(NOW + 100_000);
+    let store = open_manual(dir.path(), &clock);
+    assert!(store.stats().recovery.checkpoint_seq.is_some());
+    // Long enough for the maintenance thread to have seen the store idle: the compaction must be
+    // what makes it write.
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    let report = store.compact().expect("compact");
+    assert!(report.segments_rewritten > 0, "{report:?}");
+    let want = state(&store, &built.ids);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut crashes = 0;
+    loop {
+        // A crash now: the files as they are, the store still open.
+        let copy = tempfile::tempdir().expect("tempdir");
+        copy_live_store(dir.path(), copy.path());
+        let reopened = open_manual(copy.path(), &clock);
+        let recovery = reopened.stats().recovery;
+        crashes += 1;
+        assert_same(
+            &state(&reopened, &built.ids),
+            &want,
+            &format!("crash {crashes} after the compaction"),
+        );
+        if recovery.checkpoint_seq.is_some() {
+            assert_eq!(recovery.checkpoint_rejected, None, "{recovery:?}");
+            break;
+        }
+        assert!(
+            recovery.checkpoint_rejected.is_some(),
+            "the old checkpoint is there, stale: {recovery:?}"
+        );
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no checkpoint 30 s after the compaction ({crashes} crashes tried)"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    println!("a checkpoint after {crashes} crashes");
+    drop(store);
+}
