@@ -11,8 +11,8 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::index::{
-    ChunkVec, IdTable, Index, Interner, KeySet, Location, NameArena, PinInfo, Rare, VersionEntry, VersionState, CHUNK,
-    NO_SLOT, SEQ_OPEN,
+    IdTable, Index, Interner, KeySet, Location, NameArena, PinInfo, Rare, VersionEntry, VersionState, VersionTable,
+    CHUNK, NO_SLOT, SEQ_OPEN,
 };
 use crate::item::{Scope, TypeSpec};
 use crate::log::record::Cursor;
@@ -184,7 +184,7 @@ fn encode_body_into(body: &mut Vec<u8>, index: &Index, segments: &[SegmentMark])
         }
         renumber.push(kept);
         kept += 1;
-        encode_version(body, index, version);
+        encode_version(body, index, &version);
         if version.is_stored() {
             if let Some(count) = per_type.get_mut(usize::from(version.kind())) {
                 *count += 1;
@@ -503,7 +503,7 @@ impl VersionRows<'_> {
 /// strictly in order, and the sizes must match.
 fn derive_sets(
     time: &[u32],
-    slots: &ChunkVec<VersionEntry>,
+    slots: &VersionTable,
     type_sizes: &[u32],
     scope_sizes: &[u32],
 ) -> Result<(Vec<KeySet>, Vec<KeySet>), String> {
@@ -528,7 +528,7 @@ fn derive_sets(
         for slot in time {
             if let Some(version) = stored(*slot) {
                 let (set, _) = sets
-                    .get_mut(pick(version))
+                    .get_mut(pick(&version))
                     .filter(|(set, size)| set.len() < *size)
                     .ok_or_else(|| format!("a {what} set holds more slots than its size"))?;
                 set.push(*slot);
@@ -774,7 +774,7 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Loaded, String> {
             }
         }
     }
-    let slots = ChunkVec::from_chunks(decoded.into_iter().map(|chunk| chunk.versions).collect());
+    let slots = VersionTable::from_chunks(decoded.into_iter().map(|chunk| chunk.versions).collect());
     if slots.len() != count {
         return Err("the version table was not decoded whole".into());
     }
@@ -1034,7 +1034,7 @@ mod tests {
         index.seq = seq;
         let ended = |index: &Index, n: u64| -> Vec<u64> {
             let id = index.id_number(&name(n)).expect("id");
-            index.versions_of(id).map(|(_, v)| index.seq_ended(v)).collect()
+            index.versions_of(id).map(|(_, v)| index.seq_ended(&v)).collect()
         };
         assert_eq!(ended(&index, 1), vec![end_fits]);
         assert_eq!(ended(&index, 2), vec![SEQ_OPEN, end_does_not]);
@@ -1049,10 +1049,10 @@ mod tests {
             let expected = expiry_of(n).map_or(crate::index::NEVER_EXPIRES, |ttl| 1_000 + n as i64 + ttl as i64);
             let id = loaded.id_number(&name(n)).expect("id");
             let (_, first) = loaded.versions_of(id).last().expect("a version");
-            assert_eq!(loaded.expires_at(first), expected, "id {n}");
-            let from = loaded.sources.value(loaded.source_of(first)).map(|s| s.to_string());
+            assert_eq!(loaded.expires_at(&first), expected, "id {n}");
+            let from = loaded.sources.value(loaded.source_of(&first)).map(|s| s.to_string());
             assert_eq!(from, Some(source(n)), "id {n}");
-            assert!(loaded.visible_at(first, n + 1), "id {n}");
+            assert!(loaded.visible_at(&first, n + 1), "id {n}");
         }
         for n in [0, 1, 2] {
             assert_eq!(ended(&loaded, n), ended(&index, n), "id {n}");
@@ -1065,7 +1065,7 @@ mod tests {
             let id = index.id_number("churn").expect("churn");
             index
                 .versions_of(id)
-                .map(|(_, v)| (index.generation(v), index.expires_at(v)))
+                .map(|(_, v)| (index.generation(&v), index.expires_at(&v)))
                 .collect()
         };
         assert_eq!(generations(&loaded), generations(&index));

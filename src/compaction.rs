@@ -96,7 +96,7 @@ impl Views {
             .versions_of(version.id)
             .map(|(_, other)| other)
             .filter(|other| index.generation(other) == index.generation(version))
-            .map(|other| index.seq_ended(other))
+            .map(|other| index.seq_ended(&other))
             .max()
             .unwrap_or(SEQ_OPEN);
         let first = self.snapshot_seqs.partition_point(|seq| *seq < version.seq_created);
@@ -143,7 +143,7 @@ fn plan(shared: &Shared, views: &Views) -> HashMap<u32, SegmentPlan> {
             if version.seq_created > views.current_seq {
                 continue;
             }
-            let Some(decision) = decide(&index, views, version) else {
+            let Some(decision) = decide(&index, views, &version) else {
                 continue;
             };
             let entry = plans.entry(version.location.segment).or_insert_with(|| SegmentPlan {
@@ -376,10 +376,10 @@ fn rewrite(shared: &Shared, number: u32, plan: &SegmentPlan, report: &mut Compac
         let views = Views::gather(&live, &index, shared.clock.now());
         let still_reclaimable = updates.iter().all(|update| match update {
             Update::Move(..) => true,
-            Update::Retire(slot, ..) => index.slot(*slot).is_none_or(|v| !views.needed(&index, v)),
+            Update::Retire(slot, ..) => index.slot(*slot).is_none_or(|v| !views.needed(&index, &v)),
             Update::Forget(slot, _) => index
                 .slot(*slot)
-                .is_none_or(|v| !views.needed(&index, v) && !views.may_see_history_of(&index, v)),
+                .is_none_or(|v| !views.needed(&index, &v) && !views.may_see_history_of(&index, &v)),
         });
         if !still_reclaimable {
             report.segments_skipped += 1;
@@ -410,7 +410,7 @@ fn rewrite(shared: &Shared, number: u32, plan: &SegmentPlan, report: &mut Compac
                     count(report, reason);
                 }
                 Update::Forget(slot, reason) => {
-                    let was_retired = index.slot(slot).is_some_and(VersionEntry::is_retired);
+                    let was_retired = index.slot(slot).is_some_and(|v| v.is_retired());
                     if index.forget(slot) {
                         unlink.push(slot);
                     }

@@ -115,8 +115,9 @@ impl Rare {
     }
 }
 
-/// One stored version of an id: 56 bytes, no heap.
-#[derive(Debug, Clone, Copy)]
+/// One stored version of an id, as the index's users read and write it (56 bytes, no heap); the
+/// [`VersionTable`] keeps it in 48 (see [`StoredEntry`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct VersionEntry {
     pub(crate) seq_created: u64,
     /// The item's timestamp (with the slot, the key of its entries in the ordered sets), its type
@@ -387,6 +388,252 @@ impl<T> ChunkVec<T> {
     fn heap_bytes(&self) -> u64 {
         (self.chunks.iter().map(Vec::capacity).sum::<usize>() * std::mem::size_of::<T>()
             + self.chunks.capacity() * std::mem::size_of::<Vec<T>>()) as u64
+    }
+}
+
+/// Bits of a [`StoredEntry`]'s `segment_len` word for the record length (below) and for the segment
+/// number over its chunk's first segment (above).
+const STORED_LEN_BITS: u32 = 20;
+const STORED_LEN_MASK: u32 = (1 << STORED_LEN_BITS) - 1;
+/// The largest segment number over its chunk's first that an entry keeps itself.
+const STORED_SEGMENT_DELTA_MAX: u32 = (1 << (32 - STORED_LEN_BITS)) - 1;
+/// `segment_len` of an entry whose creation sequence number, segment or length is in
+/// [`VersionTable::wide`]. No entry that keeps them itself has it: its length would be
+/// [`STORED_LEN_MASK`], which is kept wide.
+const STORED_WIDE: u32 = u32::MAX;
+
+/// A [`VersionEntry`] as the [`VersionTable`] keeps it: 48 bytes instead of 56. Versions are
+/// created in sequence order and a version's record never leaves its segment (compaction rewrites a
+/// segment under its own number), so the slots of one chunk have close creation sequence numbers
+/// and segments: each entry keeps them over the chunk's first entry's, the sequence number in 32
+/// bits, the segment in 12 beside a 20-bit record length. An entry where one of them does not fit
+/// (a chunk spanning 2^32 sequence numbers or 4,096 segments, a record of 1 MiB or more, or a slot
+/// created out of order) keeps all three in [`VersionTable::wide`].
+#[derive(Debug, Clone, Copy)]
+struct StoredEntry {
+    meta: u64,
+    seq_delta: u32,
+    segment_len: u32,
+    offset: u32,
+    crc: u32,
+    id: u32,
+    prev: u32,
+    scope: u32,
+    tag_source: u32,
+    ended: u32,
+    expiry: u32,
+}
+
+const _: () = assert!(std::mem::size_of::<StoredEntry>() == 48);
+
+/// The creation sequence number, segment and record length of an entry that cannot keep them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Wide {
+    seq_created: u64,
+    segment: u32,
+    len: u32,
+}
+
+/// Every version entry, by slot, in chunks of [`CHUNK`] that never move (see [`StoredEntry`]).
+/// Entries are read and written whole, as [`VersionEntry`] values.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct VersionTable {
+    chunks: Vec<Vec<StoredEntry>>,
+    /// Per chunk: the creation sequence number and segment of its first entry.
+    bases: Vec<(u64, u32)>,
+    /// The entries that do not fit, by slot position.
+    wide: FastMap<usize, Wide>,
+    len: usize,
+}
+
+impl VersionTable {
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The entry at `position`.
+    #[inline]
+    pub(crate) fn get(&self, position: usize) -> Option<VersionEntry> {
+        let chunk = position / CHUNK;
+        let stored = self.chunks.get(chunk)?.get(position % CHUNK)?;
+        let (seq_base, segment_base) = self.bases.get(chunk).copied().unwrap_or_default();
+        let (seq_created, segment, len) = if stored.segment_len == STORED_WIDE {
+            self.wide_at(position)
+        } else {
+            (
+                seq_base.wrapping_add(u64::from(stored.seq_delta)),
+                segment_base.wrapping_add(stored.segment_len >> STORED_LEN_BITS),
+                stored.segment_len & STORED_LEN_MASK,
+            )
+        };
+        Some(VersionEntry {
+            seq_created,
+            meta: stored.meta,
+            location: Location {
+                segment,
+                offset: stored.offset,
+                len,
+                crc: stored.crc,
+            },
+            id: stored.id,
+            prev: stored.prev,
+            scope: stored.scope,
+            tag_source: stored.tag_source,
+            ended: stored.ended,
+            expiry: stored.expiry,
+        })
+    }
+
+    #[cold]
+    fn wide_at(&self, position: usize) -> (u64, u32, u32) {
+        self.wide
+            .get(&position)
+            .map_or((0, 0, 0), |wide| (wide.seq_created, wide.segment, wide.len))
+    }
+
+    /// The timestamp of the entry at `position` (the key of its set entries), without the rest.
+    #[inline]
+    pub(crate) fn timestamp(&self, position: usize) -> Option<i64> {
+        let stored = self.chunks.get(position / CHUNK)?.get(position % CHUNK)?;
+        // At most 40 bits: the conversion is exact.
+        Some((stored.meta & META_TIMESTAMP_MASK) as i64)
+    }
+
+    /// Whether the entry at `position` is stored (content included).
+    pub(crate) fn is_stored(&self, position: usize) -> bool {
+        self.chunks
+            .get(position / CHUNK)
+            .and_then(|chunk| chunk.get(position % CHUNK))
+            .is_some_and(|stored| (stored.meta >> META_STATE_SHIFT) & 3 == VersionState::Stored as u64)
+    }
+
+    /// `version` as chunk `chunk` keeps it at `position`, and its [`Wide`] if it needs one.
+    fn pack(&self, chunk: usize, version: &VersionEntry) -> (StoredEntry, Option<Wide>) {
+        let (seq_base, segment_base) = self.bases.get(chunk).copied().unwrap_or_default();
+        let Location {
+            segment,
+            offset,
+            len,
+            crc,
+        } = version.location;
+        let seq_delta = version
+            .seq_created
+            .checked_sub(seq_base)
+            .and_then(|delta| u32::try_from(delta).ok());
+        let segment_delta = segment
+            .checked_sub(segment_base)
+            .filter(|delta| *delta <= STORED_SEGMENT_DELTA_MAX);
+        let (seq_delta, segment_len, wide) = match (seq_delta, segment_delta) {
+            (Some(seq_delta), Some(segment_delta)) if len < STORED_LEN_MASK => {
+                (seq_delta, (segment_delta << STORED_LEN_BITS) | len, None)
+            }
+            _ => (
+                0,
+                STORED_WIDE,
+                Some(Wide {
+                    seq_created: version.seq_created,
+                    segment,
+                    len,
+                }),
+            ),
+        };
+        let stored = StoredEntry {
+            meta: version.meta,
+            seq_delta,
+            segment_len,
+            offset,
+            crc,
+            id: version.id,
+            prev: version.prev,
+            scope: version.scope,
+            tag_source: version.tag_source,
+            ended: version.ended,
+            expiry: version.expiry,
+        };
+        (stored, wide)
+    }
+
+    /// Replaces the entry at `position` (nothing if there is none).
+    pub(crate) fn set(&mut self, position: usize, version: &VersionEntry) {
+        let chunk = position / CHUNK;
+        let (stored, wide) = self.pack(chunk, version);
+        let Some(place) = self.chunks.get_mut(chunk).and_then(|c| c.get_mut(position % CHUNK)) else {
+            return;
+        };
+        *place = stored;
+        match wide {
+            Some(wide) => {
+                self.wide.insert(position, wide);
+            }
+            None => {
+                if !self.wide.is_empty() {
+                    self.wide.remove(&position);
+                }
+            }
+        }
+    }
+
+    /// Changes the entry at `position` with `change` (nothing if there is none); returns whether
+    /// there was one.
+    pub(crate) fn update(&mut self, position: usize, change: impl FnOnce(&mut VersionEntry)) -> bool {
+        let Some(mut version) = self.get(position) else {
+            return false;
+        };
+        change(&mut version);
+        self.set(position, &version);
+        true
+    }
+
+    /// Appends an entry; the first of a chunk sets the chunk's bases.
+    pub(crate) fn push(&mut self, version: &VersionEntry) {
+        if self.chunks.last().is_none_or(|chunk| chunk.len() == CHUNK) {
+            self.chunks.push(Vec::with_capacity(CHUNK));
+            self.bases.push((version.seq_created, version.location.segment));
+        }
+        let chunk = self.chunks.len() - 1;
+        let position = self.len;
+        let (stored, wide) = self.pack(chunk, version);
+        if let Some(last) = self.chunks.last_mut() {
+            last.push(stored);
+            self.len += 1;
+        }
+        if let Some(wide) = wide {
+            self.wide.insert(position, wide);
+        }
+    }
+
+    /// A table of the entries of `chunks`, each of [`CHUNK`] entries but the last, as [`ChunkVec`]
+    /// builds them (one chunk at a time is kept twice).
+    pub(crate) fn from_chunks(chunks: Vec<Vec<VersionEntry>>) -> Self {
+        let mut table = VersionTable::default();
+        table.chunks.reserve(chunks.len());
+        for chunk in chunks {
+            for version in &chunk {
+                table.push(version);
+            }
+        }
+        table
+    }
+
+    /// Every entry, in slot order.
+    pub(crate) fn iter(&self) -> impl DoubleEndedIterator<Item = VersionEntry> + '_ {
+        (0..self.len).filter_map(|position| self.get(position))
+    }
+
+    /// Entries that keep their sequence number, segment and length in the side table.
+    #[cfg(test)]
+    pub(crate) fn wide_count(&self) -> usize {
+        self.wide.len()
+    }
+
+    /// Heap bytes held, allocated capacity included (a side table entry: slot, value and a
+    /// control byte, at the table's usual fill).
+    fn heap_bytes(&self) -> u64 {
+        let wide = self.wide.capacity() * (std::mem::size_of::<(usize, Wide)>() + 1);
+        (self.chunks.iter().map(Vec::capacity).sum::<usize>() * std::mem::size_of::<StoredEntry>()
+            + self.chunks.capacity() * std::mem::size_of::<Vec<StoredEntry>>()
+            + self.bases.capacity() * std::mem::size_of::<(u64, u32)>()
+            + wide) as u64
     }
 }
 
@@ -949,10 +1196,10 @@ impl<T: Hash + Eq + Clone> Interner<T> {
 }
 
 /// The key of a slot in the ordered sets.
-pub(crate) fn key_of(slots: &ChunkVec<VersionEntry>, slot: u32) -> (i64, u32) {
+pub(crate) fn key_of(slots: &VersionTable, slot: u32) -> (i64, u32) {
     let timestamp = slots
-        .get(usize::try_from(slot).unwrap_or(usize::MAX))
-        .map_or(i64::MAX, VersionEntry::timestamp);
+        .timestamp(usize::try_from(slot).unwrap_or(usize::MAX))
+        .map_or(i64::MAX, |timestamp| timestamp);
     (timestamp, slot)
 }
 
@@ -1489,7 +1736,7 @@ impl KeySet {
         self.base.len() + self.delta.len()
     }
 
-    fn insert(&mut self, slots: &ChunkVec<VersionEntry>, key: (i64, u32)) {
+    fn insert(&mut self, slots: &VersionTable, key: (i64, u32)) {
         if self.base.last().is_none_or(|last| key_of(slots, last) < key) {
             self.base.push(key.1);
             return;
@@ -1501,12 +1748,8 @@ impl KeySet {
     }
 
     /// Merges the out-of-order keys into the array, dropping slots no longer stored.
-    fn merge(&mut self, slots: &ChunkVec<VersionEntry>) {
-        let stored = |slot: &u32| {
-            slots
-                .get(usize::try_from(*slot).unwrap_or(usize::MAX))
-                .is_some_and(VersionEntry::is_stored)
-        };
+    fn merge(&mut self, slots: &VersionTable) {
+        let stored = |slot: &u32| slots.is_stored(usize::try_from(*slot).unwrap_or(usize::MAX));
         let mut merged = Vec::with_capacity(self.base.len() + self.delta.len());
         let mut delta = std::mem::take(&mut self.delta).into_iter().peekable();
         for slot in self.base.iter(0, self.base.len()) {
@@ -1531,7 +1774,7 @@ impl KeySet {
 
     /// Drops the entries of slots no longer stored among `base[from..from + max]`. Returns how many
     /// entries it looked at and where to go on, or `None` when the array holds no more of them.
-    fn purge_step(&mut self, slots: &ChunkVec<VersionEntry>, from: usize, max: usize) -> (usize, Option<usize>) {
+    fn purge_step(&mut self, slots: &VersionTable, from: usize, max: usize) -> (usize, Option<usize>) {
         if from >= self.base.len() {
             self.dead = 0;
             return (0, None);
@@ -1548,9 +1791,7 @@ impl KeySet {
         let mut kept = from;
         for at in from..end {
             let Some(&slot) = base.get(at) else { break };
-            let stored = slots
-                .get(usize::try_from(slot).unwrap_or(usize::MAX))
-                .is_some_and(VersionEntry::is_stored);
+            let stored = slots.is_stored(usize::try_from(slot).unwrap_or(usize::MAX));
             if stored {
                 if let Some(place) = base.get_mut(kept) {
                     *place = slot;
@@ -1570,13 +1811,7 @@ impl KeySet {
     }
 
     /// The keys with a timestamp in `start..=end`, ascending or (with `reverse`) descending.
-    pub(crate) fn range<'a>(
-        &'a self,
-        slots: &'a ChunkVec<VersionEntry>,
-        start: i64,
-        end: i64,
-        reverse: bool,
-    ) -> Keys<'a> {
+    pub(crate) fn range<'a>(&'a self, slots: &'a VersionTable, start: i64, end: i64, reverse: bool) -> Keys<'a> {
         let ts = |slot: u32| key_of(slots, slot).0;
         let from = self.base.partition_point(|slot| ts(slot) < start);
         let to = self.base.partition_point(|slot| ts(slot) <= end).max(from);
@@ -1593,7 +1828,7 @@ impl KeySet {
     }
 
     /// Every key in order (for checkpoints): the array and the B-tree merged, reclaimed slots left out.
-    pub(crate) fn sorted_slots(&self, slots: &ChunkVec<VersionEntry>) -> Vec<u32> {
+    pub(crate) fn sorted_slots(&self, slots: &VersionTable) -> Vec<u32> {
         if self.delta.is_empty() && self.dead == 0 {
             return self.base.to_vec();
         }
@@ -1663,7 +1898,7 @@ pub(crate) struct Index {
     /// How many times each id deleted at least once was deleted: its current history is that
     /// generation (ids not here: generation 0).
     deletes: FastMap<u32, u32>,
-    pub(crate) slots: ChunkVec<VersionEntry>,
+    pub(crate) slots: VersionTable,
     pub(crate) by_type: Vec<KeySet>,
     pub(crate) by_scope: Vec<KeySet>,
     pub(crate) by_time: KeySet,
@@ -1728,8 +1963,9 @@ pub(crate) struct PinInfo {
 }
 
 /// What a view at some sequence number sees of one id.
-pub(crate) struct Visible<'a> {
-    pub(crate) version: &'a VersionEntry,
+pub(crate) struct Visible {
+    pub(crate) slot: u32,
+    pub(crate) version: VersionEntry,
 }
 
 fn position(value: u32) -> usize {
@@ -1737,7 +1973,7 @@ fn position(value: u32) -> usize {
 }
 
 impl Index {
-    pub(crate) fn slot(&self, slot: u32) -> Option<&VersionEntry> {
+    pub(crate) fn slot(&self, slot: u32) -> Option<VersionEntry> {
         self.slots.get(position(slot))
     }
 
@@ -1805,7 +2041,7 @@ impl Index {
     }
 
     /// The versions of id number `id` still in the index, newest first.
-    pub(crate) fn versions_of(&self, id: u32) -> impl Iterator<Item = (u32, &VersionEntry)> + '_ {
+    pub(crate) fn versions_of(&self, id: u32) -> impl Iterator<Item = (u32, VersionEntry)> + '_ {
         let mut next = self.id_at(id).map_or(NO_SLOT, |entry| entry.latest);
         std::iter::from_fn(move || {
             let slot = next;
@@ -1816,11 +2052,11 @@ impl Index {
     }
 
     /// The version of `name` a view at `seq` sees, if any.
-    pub(crate) fn visible(&self, name: &str, seq: u64) -> Option<Visible<'_>> {
+    pub(crate) fn visible(&self, name: &str, seq: u64) -> Option<Visible> {
         let id = self.id_number(name)?;
         self.versions_of(id)
             .find(|(_, version)| self.visible_at(version, seq))
-            .map(|(_, version)| Visible { version })
+            .map(|(slot, version)| Visible { slot, version })
     }
 
     /// The version's expiry, generation, source and end, from its entry or from the overflow table.
@@ -1880,7 +2116,7 @@ impl Index {
     /// Ends the version in `slot` at `seq` if it is open; returns whether it was, and whether it is
     /// retired.
     fn end_version(&mut self, slot: u32, seq: u64) -> Option<bool> {
-        let version = *self.slots.get(position(slot))?;
+        let version = self.slots.get(position(slot))?;
         let mut rare = match version.rare_inline() {
             Ok(rare) => rare,
             Err(at) => {
@@ -1898,14 +2134,12 @@ impl Index {
         rare.seq_ended = seq;
         let mut ended = version;
         self.set_rare(&mut ended, rare);
-        if let Some(entry) = self.slots.get_mut(position(slot)) {
-            *entry = ended;
-        }
+        self.slots.set(position(slot), &ended);
         Some(version.is_retired())
     }
 
     /// The versions of the id's current history (since its last delete), newest first.
-    pub(crate) fn current_history<'a>(&'a self, name: &str) -> impl Iterator<Item = &'a VersionEntry> + 'a {
+    pub(crate) fn current_history<'a>(&'a self, name: &str) -> impl Iterator<Item = VersionEntry> + 'a {
         let id = self.id_number(name);
         let generation = id.map_or(0, |id| self.deletes_of(id));
         id.into_iter()
@@ -2018,7 +2252,7 @@ impl Index {
             (true, true) => self.live_ids = self.live_ids.saturating_sub(1),
             _ => {}
         }
-        self.slots.push(version);
+        self.slots.push(&version);
         slot
     }
 
@@ -2101,7 +2335,7 @@ impl Index {
     pub(crate) fn from_checkpoint(
         seq: u64,
         ids: IdTable,
-        slots: ChunkVec<VersionEntry>,
+        slots: VersionTable,
         rare: Vec<Rare>,
         sets: (Vec<KeySet>, Vec<KeySet>, KeySet),
         tables: (Interner<Box<str>>, Interner<Scope>, Interner<Box<str>>),
@@ -2119,7 +2353,7 @@ impl Index {
         index.slots = slots;
         let mut live_ids = 0u64;
         for at in 0..index.slots.len() {
-            let Some(version) = index.slots.get(at).copied() else {
+            let Some(version) = index.slots.get(at) else {
                 break;
             };
             let entry = index
@@ -2133,9 +2367,7 @@ impl Index {
                 }
             }
             entry.latest = u32::try_from(at).unwrap_or(NO_SLOT);
-            if let Some(version) = index.slots.get_mut(at) {
-                version.prev = prev;
-            }
+            index.slots.update(at, |version| version.prev = prev);
             if version.is_stored() && index.is_open(&version) {
                 live_ids += 1;
             }
@@ -2208,9 +2440,7 @@ impl Index {
 
     /// Compaction moved a version's record (stored or retired) to `location`.
     pub(crate) fn relocate(&mut self, slot: u32, location: Location) {
-        if let Some(version) = self.slots.get_mut(position(slot)) {
-            version.location = location;
-        }
+        self.slots.update(position(slot), |version| version.location = location);
     }
 
     /// Compaction reclaimed a version's content but the store still remembers its identity; the
@@ -2218,31 +2448,30 @@ impl Index {
     /// Its entries stay in the ordered sets (readers skip versions that are not stored) until
     /// [`Index::unlink_from_sets`]; returns whether it was stored (so has entries there).
     pub(crate) fn retire(&mut self, slot: u32, location: Location) -> bool {
-        let Some(version) = self.slots.get(position(slot)).copied() else {
+        let Some(mut version) = self.slots.get(position(slot)) else {
             return false;
         };
         let was_stored = version.is_stored();
         if was_stored && self.is_open(&version) {
             self.live_ids = self.live_ids.saturating_sub(1);
         }
-        let Some(version) = self.slots.get_mut(position(slot)) else {
-            return false;
-        };
         version.set_state(VersionState::Retired);
         version.location = location;
+        self.slots.set(position(slot), &version);
         was_stored
     }
 
     /// Compaction dropped every trace of a version of a closed history.
     /// As with [`Index::retire`], its set entries are unlinked later; returns whether it was stored.
     pub(crate) fn forget(&mut self, slot: u32) -> bool {
-        let Some(version) = self.slots.get_mut(position(slot)) else {
+        let Some(mut version) = self.slots.get(position(slot)) else {
             return false;
         };
         let was_stored = version.is_stored();
         version.set_state(VersionState::Forgotten);
         let (id, prev) = (version.id, version.prev);
         version.prev = NO_SLOT;
+        self.slots.set(position(slot), &version);
         // Take the slot out of its id's chain.
         let mut newer = None;
         let mut at = self.ids.get(position(id)).map_or(NO_SLOT, |entry| entry.latest);
@@ -2253,9 +2482,7 @@ impl Index {
         if at == slot {
             match newer {
                 Some(newer) => {
-                    if let Some(v) = self.slots.get_mut(position(newer)) {
-                        v.prev = prev;
-                    }
+                    self.slots.update(position(newer), |v| v.prev = prev);
                 }
                 None => {
                     if let Some(entry) = self.ids.get_mut(position(id)) {
@@ -2545,7 +2772,7 @@ pub(crate) mod tests {
         let mut soon = put("soon", "1", 1_000);
         soon.ttl_seconds = Some(60);
         index.apply_put(3, &soon, HERE);
-        let expiry = |index: &Index, name: &str| index.visible(name, 100).map(|v| index.expires_at(v.version));
+        let expiry = |index: &Index, name: &str| index.visible(name, 100).map(|v| index.expires_at(&v.version));
         assert_eq!(expiry(&index, "far"), Some(1_000 + i64::from(u32::MAX) + 5));
         assert_eq!(expiry(&index, "endless"), Some(NEVER_EXPIRES));
         assert_eq!(expiry(&index, "soon"), Some(1_060));
@@ -2555,7 +2782,7 @@ pub(crate) mod tests {
         for round in 0..40u32 {
             index.apply_put(seq, &put("churn", "1", 5), HERE);
             assert_eq!(index.current_history("churn").count(), 1, "round {round}");
-            let latest = index.current_history("churn").next().map(|v| index.generation(v));
+            let latest = index.current_history("churn").next().map(|v| index.generation(&v));
             assert_eq!(latest, Some(round));
             assert!(index.apply_delete(seq + 1, "churn"));
             seq += 2;
@@ -2563,7 +2790,7 @@ pub(crate) mod tests {
         assert_eq!(index.rare.len(), 1 + 40 - 1 - GENERATION_INLINE_MAX as usize);
         let generations: Vec<u32> = index
             .versions_of(index.id_number("churn").unwrap())
-            .map(|(_, v)| index.generation(v))
+            .map(|(_, v)| index.generation(&v))
             .collect();
         assert_eq!(generations, (0..40).rev().collect::<Vec<u32>>());
         assert!(index.estimated_bytes() >= (index.rare.len() * std::mem::size_of::<Rare>()) as u64);
@@ -2571,7 +2798,7 @@ pub(crate) mod tests {
 
     #[test]
     fn entries_stay_small() {
-        assert_eq!(std::mem::size_of::<VersionEntry>(), 56);
+        assert_eq!(std::mem::size_of::<StoredEntry>(), 48);
         assert_eq!(std::mem::size_of::<Rare>(), 24);
         assert_eq!(std::mem::size_of::<IdEntry>(), 4);
     }
@@ -2628,6 +2855,99 @@ pub(crate) mod tests {
 
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+        /// The version table gives back every entry as it was pushed or last set, whether its
+        /// sequence number, segment and length fit beside its chunk's first or go to the side table:
+        /// sequence numbers and segments that grow by small or huge steps or go back, records of up
+        /// to 2 MiB, and entries set again (moved, retired, ended) to values that fit or not.
+        #[test]
+        fn the_version_table_gives_back_what_was_stored(
+            steps in proptest::collection::vec(
+                (0u8..8, 0u64..1 << 40, 0u32..8, 0u32..(2 << 20), proptest::prelude::any::<u32>()),
+                1..9000,
+            ),
+            sets in proptest::collection::vec((proptest::prelude::any::<usize>(), 0u32..(2 << 20), 0u32..8000, 0u8..3), 0..200),
+        ) {
+            let mut table = VersionTable::default();
+            let mut model: Vec<VersionEntry> = Vec::new();
+            let (mut seq, mut segment) = (1u64, 1u32);
+            for (n, (shape, jump, segment_step, len, other)) in steps.iter().enumerate() {
+                // Mostly small steps forward; now and then a huge one, or one back.
+                seq = match shape {
+                    0 => seq.saturating_add(*jump),
+                    1 => seq.saturating_sub(jump % 1000),
+                    _ => seq + jump % 64,
+                };
+                segment = match shape {
+                    2 => segment.saturating_add(segment_step * 1000),
+                    3 => segment.saturating_sub(*segment_step),
+                    _ => segment + segment_step / 4,
+                };
+                let mut version = VersionEntry {
+                    seq_created: seq,
+                    location: Location { segment, offset: *other, len: *len, crc: other.rotate_left(7) },
+                    id: u32::try_from(n).unwrap(),
+                    prev: other.wrapping_mul(3),
+                    scope: other % 1000,
+                    ..VersionEntry::default()
+                }
+                .with_meta(i64::from(*other), u16::try_from(n % 7).unwrap(), VersionState::Stored)
+                .with_tag(u16::try_from(n % 65_536).unwrap());
+                let rare = Rare {
+                    expires_at: if n % 2 == 0 { NEVER_EXPIRES } else { i64::from(*other) + 3600 },
+                    seq_ended: if n % 3 == 0 { SEQ_OPEN } else { seq + u64::from(*other % 5000) },
+                    generation: u32::try_from(n % 40).unwrap(),
+                    source: u32::try_from(n % 70_000).unwrap(),
+                };
+                if let Some(_rare) = version.set_rare_inline(rare) {
+                    version.set_overflow(u32::try_from(n).unwrap());
+                }
+                table.push(&version);
+                model.push(version);
+            }
+            for (at, len, segment_step, state) in &sets {
+                let at = at % model.len();
+                let mut version = model[at];
+                version.location.len = *len;
+                version.location.segment = version.location.segment.wrapping_add(*segment_step);
+                version.location.offset ^= 0x55;
+                version.prev = version.prev.wrapping_add(1);
+                version.set_state(match state {
+                    0 => VersionState::Stored,
+                    1 => VersionState::Retired,
+                    _ => VersionState::Forgotten,
+                });
+                table.set(at, &version);
+                model[at] = version;
+            }
+            proptest::prop_assert_eq!(table.len(), model.len());
+            for (at, want) in model.iter().enumerate() {
+                proptest::prop_assert_eq!(table.get(at), Some(*want), "slot {}", at);
+                proptest::prop_assert_eq!(table.timestamp(at), Some(want.timestamp()));
+                proptest::prop_assert_eq!(table.is_stored(at), want.is_stored());
+            }
+            proptest::prop_assert!(table.iter().eq(model.iter().copied()));
+            proptest::prop_assert_eq!(table.get(model.len()), None);
+            // Wide entries are those that cannot be kept beside their chunk's first entry: a table
+            // built again from the model's chunks has the same.
+            let rebuilt = VersionTable::from_chunks(model.chunks(CHUNK).map(<[VersionEntry]>::to_vec).collect());
+            proptest::prop_assert!(rebuilt.iter().eq(model.iter().copied()));
+            let wide = model
+                .chunks(CHUNK)
+                .flat_map(|chunk| {
+                    let first = chunk[0];
+                    chunk.iter().map(move |v| {
+                        let fits = v.seq_created >= first.seq_created
+                            && v.seq_created - first.seq_created <= u64::from(u32::MAX)
+                            && v.location.segment >= first.location.segment
+                            && v.location.segment - first.location.segment <= STORED_SEGMENT_DELTA_MAX
+                            && v.location.len < STORED_LEN_MASK;
+                        usize::from(!fits)
+                    })
+                })
+                .sum::<usize>();
+            proptest::prop_assert_eq!(rebuilt.wide_count(), wide);
+        }
         /// A sorted array built by pushes, as runs while they pay, packed while that pays and plain
         /// slots otherwise, against a plain vector: length, last slot, every position,
         /// ranges from either end, and the first position a predicate says no to. The same slots
@@ -3017,12 +3337,12 @@ pub(crate) mod tests {
             steps += 1;
         }
         assert!(steps > 20, "{steps} steps");
-        let stored = |slot: &u32| index.slot(*slot).is_some_and(VersionEntry::is_stored);
+        let stored = |slot: &u32| index.slot(*slot).is_some_and(|v| v.is_stored());
         let check = |set: &KeySet, belongs: &dyn Fn(&VersionEntry) -> bool| {
             let keys: Vec<(i64, u32)> = set.range(&index.slots, i64::MIN, i64::MAX, false).collect();
             assert!(keys.windows(2).all(|w| w[0] < w[1]), "in order");
             let mut want: Vec<(i64, u32)> = (0..u32::try_from(index.slots.len()).unwrap())
-                .filter(|slot| stored(slot) && index.slot(*slot).is_some_and(belongs))
+                .filter(|slot| stored(slot) && index.slot(*slot).is_some_and(|v| belongs(&v)))
                 .map(|slot| (index.slot(slot).unwrap().timestamp(), slot))
                 .collect();
             want.sort_unstable();

@@ -341,7 +341,7 @@ pub(crate) fn run<T>(
     let limit = query.limit.unwrap_or(usize::MAX);
     let mut out = Vec::new();
     let mut examined = 0u64;
-    let mut group: Vec<&VersionEntry> = Vec::new();
+    let mut group: Vec<VersionEntry> = Vec::new();
     let mut group_timestamp = None;
     let mut merged = merged.peekable();
     loop {
@@ -360,15 +360,15 @@ pub(crate) fn run<T>(
             };
             // Compaction unlinks reclaimed versions from the sets a little after reclaiming them.
             let passes = version.is_stored()
-                && index.visible_at(version, bounds.seq)
-                && !index.expired_at(version, bounds.now)
+                && index.visible_at(&version, bounds.seq)
+                && !index.expired_at(&version, bounds.now)
                 && kinds.as_ref().is_none_or(|kinds| kinds.contains(&version.kind()))
                 && allowed_scopes
                     .as_ref()
                     .is_none_or(|scopes| scopes.contains(&version.scope))
                 && sources
                     .as_ref()
-                    .is_none_or(|sources| sources.contains(&index.source_of(version)));
+                    .is_none_or(|sources| sources.contains(&index.source_of(&version)));
             if passes {
                 group.push(version);
             }
@@ -393,7 +393,7 @@ pub(crate) fn run<T>(
 fn emit<T>(
     index: &Index,
     query: &ContextQuery,
-    group: &mut Vec<&VersionEntry>,
+    group: &mut Vec<VersionEntry>,
     fetch: &dyn Fn(&VersionEntry) -> Result<Option<T>>,
     out: &mut Vec<T>,
     limit: usize,
@@ -402,7 +402,7 @@ fn emit<T>(
         // The names rebuilt once, back to back in one string, rather than at each comparison.
         let mut names = String::new();
         let mut buf = NameBuf::new();
-        let mut keyed: Vec<(std::ops::Range<usize>, &VersionEntry)> = group
+        let mut keyed: Vec<(std::ops::Range<usize>, VersionEntry)> = group
             .drain(..)
             .map(|version| {
                 let start = names.len();
@@ -424,7 +424,7 @@ fn emit<T>(
         if out.len() >= limit {
             break;
         }
-        if let Some(item) = fetch(version)? {
+        if let Some(item) = fetch(&version)? {
             out.push(item);
         }
     }

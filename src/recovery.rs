@@ -175,7 +175,7 @@ fn stored_twice(index: &Index, segment: u32, bytes: &[u8], id: &str, version: &s
         .filter(|entry| entry.version_tag() == tag)
         .any(|entry| {
             if entry.location.segment != segment {
-                return crate::snapshot::read_identity(index, entry).is_ok_and(|(found, _)| found == version);
+                return crate::snapshot::read_identity(index, &entry).is_ok_and(|(found, _)| found == version);
             }
             let start = usize::try_from(entry.location.offset).unwrap_or(usize::MAX);
             let end = start.saturating_add(usize::try_from(entry.location.len).unwrap_or(usize::MAX));

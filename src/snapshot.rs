@@ -842,7 +842,7 @@ impl Snapshot {
         let Some(visible) = index.visible(id, seq) else {
             return not_found();
         };
-        let latest = visible.version;
+        let (latest_slot, latest) = (visible.slot, &visible.version);
         // A retired version's content was reclaimed: nothing is stored to answer with.
         if !latest.is_stored() {
             return not_found();
@@ -881,11 +881,9 @@ impl Snapshot {
         // matches but that cannot be read is taken as that version: its identity is not in doubt,
         // only its bytes, and it is not returned.
         let mut earlier = false;
-        for (_, entry) in index.versions_of(latest.id) {
-            if std::ptr::eq(entry, latest)
-                || index.generation(entry) != index.generation(latest)
-                || entry.seq_created > seq
-            {
+        for (slot, entry) in index.versions_of(latest.id) {
+            let entry = &entry;
+            if slot == latest_slot || index.generation(entry) != index.generation(latest) || entry.seq_created > seq {
                 continue;
             }
             match is_version(index, entry, asked) {

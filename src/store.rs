@@ -1085,7 +1085,7 @@ impl Store {
                 if let Err(
                     crate::snapshot::ReadFailure::Damaged(Error::Corrupt { file, offset, reason })
                     | crate::snapshot::ReadFailure::Io(Error::Corrupt { file, offset, reason }),
-                ) = crate::snapshot::read_item(&index, version)
+                ) = crate::snapshot::read_item(&index, &version)
                 {
                     report.problems.push(Problem {
                         file,

@@ -908,7 +908,7 @@ fn existing_hash(
         if entry.version_tag() != crate::index::version_tag(version) {
             continue;
         }
-        let (found, hash) = crate::snapshot::read_identity(index, entry).map_err(Error::from)?;
+        let (found, hash) = crate::snapshot::read_identity(index, &entry).map_err(Error::from)?;
         if found == version {
             return Ok(Some(hash));
         }
