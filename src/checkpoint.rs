@@ -456,7 +456,7 @@ struct VersionRows<'a> {
 /// and the expiries and generations that go to the overflow table (by position in the chunk).
 struct DecodedChunk {
     number: usize,
-    versions: Vec<VersionEntry>,
+    versions: VersionTable,
     stored: usize,
     rare: Vec<(usize, Rare)>,
 }
@@ -471,7 +471,7 @@ impl VersionRows<'_> {
             let Some(rows) = self.rows.chunks(CHUNK * VERSION_BYTES).nth(number) else {
                 return Ok(done);
             };
-            let mut chunk = Vec::with_capacity(CHUNK);
+            let mut chunk = VersionTable::default();
             let mut stored = 0;
             let mut rare = Vec::new();
             // A segment number no row can have, so that the first row looks its segment up.
@@ -486,7 +486,7 @@ impl VersionRows<'_> {
                 if let Some(overflow) = overflow {
                     rare.push((chunk.len(), overflow));
                 }
-                chunk.push(version);
+                chunk.push(&version);
             }
             done.push(DecodedChunk {
                 number,
@@ -512,23 +512,19 @@ fn derive_sets(
             return Err(format!("the {what} set sizes do not add up to the time set's"));
         }
     }
-    let stored = |slot: u32| {
-        slots
-            .get(usize::try_from(slot).unwrap_or(usize::MAX))
-            .filter(|v| v.is_stored())
-    };
+    let stored = |slot: u32| slots.set_keys(usize::try_from(slot).unwrap_or(usize::MAX));
     // Each set is allocated for the size it announces (the sizes add up to the time set's, which
     // the file's length bounds) and may not go beyond it; as every slot of the time set goes to one
     // set of each kind, every set then ends up exactly full.
-    let fill = |sizes: &[u32], pick: &dyn Fn(&VersionEntry) -> usize, what: &str| {
+    let fill = |sizes: &[u32], pick: &dyn Fn((i64, u16, u32)) -> usize, what: &str| {
         let mut sets: Vec<(Vec<u32>, usize)> = sizes
             .iter()
             .map(|n| (Vec::with_capacity(*n as usize), *n as usize))
             .collect();
         for slot in time {
-            if let Some(version) = stored(*slot) {
+            if let Some(keys) = stored(*slot) {
                 let (set, _) = sets
-                    .get_mut(pick(&version))
+                    .get_mut(pick(keys))
                     .filter(|(set, size)| set.len() < *size)
                     .ok_or_else(|| format!("a {what} set holds more slots than its size"))?;
                 set.push(*slot);
@@ -544,22 +540,22 @@ fn derive_sets(
         || {
             fill(
                 scope_sizes,
-                &|v| usize::try_from(v.scope).unwrap_or(usize::MAX),
+                &|(_, _, scope)| usize::try_from(scope).unwrap_or(usize::MAX),
                 "scope",
             )
         },
         || {
             let mut last: Option<(i64, u32)> = None;
             for slot in time {
-                let version =
+                let (timestamp, _, _) =
                     stored(*slot).ok_or_else(|| format!("the time set lists slot {slot}, which is not stored"))?;
-                let key = (version.timestamp(), *slot);
+                let key = (timestamp, *slot);
                 if last.is_some_and(|last| last >= key) {
                     return Err("the time set is not in order".to_string());
                 }
                 last = Some(key);
             }
-            fill(type_sizes, &|v| usize::from(v.kind()), "type")
+            fill(type_sizes, &|(_, kind, _)| usize::from(kind), "type")
         },
     );
     let by_type = by_type?;
@@ -764,17 +760,22 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Loaded, String> {
     decoded.extend(versions_there?);
     decoded.sort_unstable_by_key(|chunk| chunk.number);
     let stored: usize = decoded.iter().map(|chunk| chunk.stored).sum();
-    // The overflow table, in slot order: each entry that needs it points at its place there.
-    let mut rare = Vec::new();
-    for chunk in &mut decoded {
-        for (at, overflow) in chunk.rare.drain(..) {
-            if let Some(version) = chunk.versions.get_mut(at) {
-                version.set_overflow(u32::try_from(rare.len()).map_err(|_| "too many overflow entries")?);
-                rare.push(overflow);
-            }
+    // The chunks in slot order, then the overflow table, in slot order: each entry that needs it
+    // points at its place there.
+    let mut slots = VersionTable::default();
+    let mut overflowing = Vec::new();
+    for chunk in decoded {
+        let first = slots.len();
+        overflowing.extend(chunk.rare.into_iter().map(|(at, overflow)| (first + at, overflow)));
+        slots.append(chunk.versions)?;
+    }
+    let mut rare = Vec::with_capacity(overflowing.len());
+    for (position, overflow) in overflowing {
+        let at = u32::try_from(rare.len()).map_err(|_| "too many overflow entries")?;
+        if slots.update(position, |version| version.set_overflow(at)) {
+            rare.push(overflow);
         }
     }
-    let slots = VersionTable::from_chunks(decoded.into_iter().map(|chunk| chunk.versions).collect());
     if slots.len() != count {
         return Err("the version table was not decoded whole".into());
     }

@@ -116,7 +116,7 @@ impl Rare {
 }
 
 /// One stored version of an id, as the index's users read and write it (56 bytes, no heap); the
-/// [`VersionTable`] keeps it in 48 (see [`StoredEntry`]).
+/// [`VersionTable`] keeps it in 44 (see [`StoredEntry`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct VersionEntry {
     pub(crate) seq_created: u64,
@@ -391,29 +391,34 @@ impl<T> ChunkVec<T> {
     }
 }
 
-/// Bits of a [`StoredEntry`]'s `segment_len` word for the record length (below) and for the segment
-/// number over its chunk's first segment (above).
-const STORED_LEN_BITS: u32 = 20;
-const STORED_LEN_MASK: u32 = (1 << STORED_LEN_BITS) - 1;
-/// The largest segment number over its chunk's first that an entry keeps itself.
-const STORED_SEGMENT_DELTA_MAX: u32 = (1 << (32 - STORED_LEN_BITS)) - 1;
-/// `segment_len` of an entry whose creation sequence number, segment or length is in
+/// Slots per block of the [`VersionTable`]: an entry keeps its creation sequence number and
+/// segment over its block's first entry's.
+const BASE_BLOCK: usize = 256;
+const _: () = assert!(CHUNK.is_multiple_of(BASE_BLOCK));
+/// A [`StoredEntry`]'s `place` word: the creation sequence number over the block's first (high 12
+/// bits), the segment over the block's first (next 4) and the record length (low 16).
+const PLACE_SEQ_SHIFT: u32 = 20;
+const PLACE_SEGMENT_SHIFT: u32 = 16;
+const PLACE_SEQ_DELTA_MAX: u64 = (1 << 12) - 1;
+const PLACE_SEGMENT_DELTA_MAX: u32 = (1 << 4) - 1;
+const PLACE_LEN_MASK: u32 = (1 << 16) - 1;
+/// `place` of an entry whose creation sequence number, segment and length are in
 /// [`VersionTable::wide`]. No entry that keeps them itself has it: its length would be
-/// [`STORED_LEN_MASK`], which is kept wide.
-const STORED_WIDE: u32 = u32::MAX;
+/// [`PLACE_LEN_MASK`], which is kept wide.
+const PLACE_WIDE: u32 = u32::MAX;
 
-/// A [`VersionEntry`] as the [`VersionTable`] keeps it: 48 bytes instead of 56. Versions are
-/// created in sequence order and a version's record never leaves its segment (compaction rewrites a
-/// segment under its own number), so the slots of one chunk have close creation sequence numbers
-/// and segments: each entry keeps them over the chunk's first entry's, the sequence number in 32
-/// bits, the segment in 12 beside a 20-bit record length. An entry where one of them does not fit
-/// (a chunk spanning 2^32 sequence numbers or 4,096 segments, a record of 1 MiB or more, or a slot
-/// created out of order) keeps all three in [`VersionTable::wide`].
+/// A [`VersionEntry`] as the [`VersionTable`] keeps it: 44 bytes instead of 56, in 4-byte words.
+/// Versions are created in sequence order and a version's record never leaves its segment
+/// (compaction rewrites a segment under its own number), so the slots of one block of
+/// [`BASE_BLOCK`] have close creation sequence numbers and segments: each entry keeps them over the
+/// block's first entry's, in 12 and 4 bits, beside a 16-bit record length. An entry where one of
+/// them does not fit (a block spanning 4,096 batches or 16 segments, a record of 64 KiB or more, or
+/// a slot created out of order) keeps all three in [`VersionTable::wide`].
 #[derive(Debug, Clone, Copy)]
 struct StoredEntry {
-    meta: u64,
-    seq_delta: u32,
-    segment_len: u32,
+    meta_low: u32,
+    meta_high: u32,
+    place: u32,
     offset: u32,
     crc: u32,
     id: u32,
@@ -424,7 +429,13 @@ struct StoredEntry {
     expiry: u32,
 }
 
-const _: () = assert!(std::mem::size_of::<StoredEntry>() == 48);
+const _: () = assert!(std::mem::size_of::<StoredEntry>() == 44);
+
+impl StoredEntry {
+    fn meta(&self) -> u64 {
+        (u64::from(self.meta_high) << 32) | u64::from(self.meta_low)
+    }
+}
 
 /// The creation sequence number, segment and record length of an entry that cannot keep them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -439,7 +450,7 @@ struct Wide {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct VersionTable {
     chunks: Vec<Vec<StoredEntry>>,
-    /// Per chunk: the creation sequence number and segment of its first entry.
+    /// Per block of [`BASE_BLOCK`] slots: the creation sequence number and segment of its first entry.
     bases: Vec<(u64, u32)>,
     /// The entries that do not fit, by slot position.
     wide: FastMap<usize, Wide>,
@@ -454,21 +465,20 @@ impl VersionTable {
     /// The entry at `position`.
     #[inline]
     pub(crate) fn get(&self, position: usize) -> Option<VersionEntry> {
-        let chunk = position / CHUNK;
-        let stored = self.chunks.get(chunk)?.get(position % CHUNK)?;
-        let (seq_base, segment_base) = self.bases.get(chunk).copied().unwrap_or_default();
-        let (seq_created, segment, len) = if stored.segment_len == STORED_WIDE {
+        let stored = self.chunks.get(position / CHUNK)?.get(position % CHUNK)?;
+        let (seq_created, segment, len) = if stored.place == PLACE_WIDE {
             self.wide_at(position)
         } else {
+            let (seq_base, segment_base) = self.bases.get(position / BASE_BLOCK).copied().unwrap_or_default();
             (
-                seq_base.wrapping_add(u64::from(stored.seq_delta)),
-                segment_base.wrapping_add(stored.segment_len >> STORED_LEN_BITS),
-                stored.segment_len & STORED_LEN_MASK,
+                seq_base.wrapping_add(u64::from(stored.place >> PLACE_SEQ_SHIFT)),
+                segment_base.wrapping_add((stored.place >> PLACE_SEGMENT_SHIFT) & PLACE_SEGMENT_DELTA_MAX),
+                stored.place & PLACE_LEN_MASK,
             )
         };
         Some(VersionEntry {
             seq_created,
-            meta: stored.meta,
+            meta: stored.meta(),
             location: Location {
                 segment,
                 offset: stored.offset,
@@ -496,7 +506,20 @@ impl VersionTable {
     pub(crate) fn timestamp(&self, position: usize) -> Option<i64> {
         let stored = self.chunks.get(position / CHUNK)?.get(position % CHUNK)?;
         // At most 40 bits: the conversion is exact.
-        Some((stored.meta & META_TIMESTAMP_MASK) as i64)
+        Some((stored.meta() & META_TIMESTAMP_MASK) as i64)
+    }
+
+    /// The timestamp, type number and scope number of the entry at `position` if it is stored: its
+    /// keys in the ordered sets, without the rest.
+    pub(crate) fn set_keys(&self, position: usize) -> Option<(i64, u16, u32)> {
+        let stored = self.chunks.get(position / CHUNK)?.get(position % CHUNK)?;
+        let meta = stored.meta();
+        // The timestamp has at most 40 bits and the type number 16: the conversions are exact.
+        ((meta >> META_STATE_SHIFT) & 3 == VersionState::Stored as u64).then_some((
+            (meta & META_TIMESTAMP_MASK) as i64,
+            (meta >> META_KIND_SHIFT) as u16,
+            stored.scope,
+        ))
     }
 
     /// Whether the entry at `position` is stored (content included).
@@ -504,12 +527,12 @@ impl VersionTable {
         self.chunks
             .get(position / CHUNK)
             .and_then(|chunk| chunk.get(position % CHUNK))
-            .is_some_and(|stored| (stored.meta >> META_STATE_SHIFT) & 3 == VersionState::Stored as u64)
+            .is_some_and(|stored| (stored.meta() >> META_STATE_SHIFT) & 3 == VersionState::Stored as u64)
     }
 
-    /// `version` as chunk `chunk` keeps it at `position`, and its [`Wide`] if it needs one.
-    fn pack(&self, chunk: usize, version: &VersionEntry) -> (StoredEntry, Option<Wide>) {
-        let (seq_base, segment_base) = self.bases.get(chunk).copied().unwrap_or_default();
+    /// `version` as it is kept at `position`, and its [`Wide`] if it needs one.
+    fn pack(&self, position: usize, version: &VersionEntry) -> (StoredEntry, Option<Wide>) {
+        let (seq_base, segment_base) = self.bases.get(position / BASE_BLOCK).copied().unwrap_or_default();
         let Location {
             segment,
             offset,
@@ -519,17 +542,18 @@ impl VersionTable {
         let seq_delta = version
             .seq_created
             .checked_sub(seq_base)
+            .filter(|delta| *delta <= PLACE_SEQ_DELTA_MAX)
             .and_then(|delta| u32::try_from(delta).ok());
         let segment_delta = segment
             .checked_sub(segment_base)
-            .filter(|delta| *delta <= STORED_SEGMENT_DELTA_MAX);
-        let (seq_delta, segment_len, wide) = match (seq_delta, segment_delta) {
-            (Some(seq_delta), Some(segment_delta)) if len < STORED_LEN_MASK => {
-                (seq_delta, (segment_delta << STORED_LEN_BITS) | len, None)
-            }
+            .filter(|delta| *delta <= PLACE_SEGMENT_DELTA_MAX);
+        let (place, wide) = match (seq_delta, segment_delta) {
+            (Some(seq_delta), Some(segment_delta)) if len < PLACE_LEN_MASK => (
+                (seq_delta << PLACE_SEQ_SHIFT) | (segment_delta << PLACE_SEGMENT_SHIFT) | len,
+                None,
+            ),
             _ => (
-                0,
-                STORED_WIDE,
+                PLACE_WIDE,
                 Some(Wide {
                     seq_created: version.seq_created,
                     segment,
@@ -538,9 +562,10 @@ impl VersionTable {
             ),
         };
         let stored = StoredEntry {
-            meta: version.meta,
-            seq_delta,
-            segment_len,
+            // The low and high halves of the word.
+            meta_low: version.meta as u32,
+            meta_high: (version.meta >> 32) as u32,
+            place,
             offset,
             crc,
             id: version.id,
@@ -555,9 +580,12 @@ impl VersionTable {
 
     /// Replaces the entry at `position` (nothing if there is none).
     pub(crate) fn set(&mut self, position: usize, version: &VersionEntry) {
-        let chunk = position / CHUNK;
-        let (stored, wide) = self.pack(chunk, version);
-        let Some(place) = self.chunks.get_mut(chunk).and_then(|c| c.get_mut(position % CHUNK)) else {
+        let (stored, wide) = self.pack(position, version);
+        let Some(place) = self
+            .chunks
+            .get_mut(position / CHUNK)
+            .and_then(|c| c.get_mut(position % CHUNK))
+        else {
             return;
         };
         *place = stored;
@@ -573,6 +601,17 @@ impl VersionTable {
         }
     }
 
+    /// Sets the `prev` of the entry at `position` (nothing if there is none).
+    pub(crate) fn set_prev(&mut self, position: usize, prev: u32) {
+        if let Some(stored) = self
+            .chunks
+            .get_mut(position / CHUNK)
+            .and_then(|c| c.get_mut(position % CHUNK))
+        {
+            stored.prev = prev;
+        }
+    }
+
     /// Changes the entry at `position` with `change` (nothing if there is none); returns whether
     /// there was one.
     pub(crate) fn update(&mut self, position: usize, change: impl FnOnce(&mut VersionEntry)) -> bool {
@@ -584,15 +623,16 @@ impl VersionTable {
         true
     }
 
-    /// Appends an entry; the first of a chunk sets the chunk's bases.
+    /// Appends an entry; the first of a block sets the block's bases.
     pub(crate) fn push(&mut self, version: &VersionEntry) {
         if self.chunks.last().is_none_or(|chunk| chunk.len() == CHUNK) {
             self.chunks.push(Vec::with_capacity(CHUNK));
+        }
+        let position = self.len;
+        if position.is_multiple_of(BASE_BLOCK) {
             self.bases.push((version.seq_created, version.location.segment));
         }
-        let chunk = self.chunks.len() - 1;
-        let position = self.len;
-        let (stored, wide) = self.pack(chunk, version);
+        let (stored, wide) = self.pack(position, version);
         if let Some(last) = self.chunks.last_mut() {
             last.push(stored);
             self.len += 1;
@@ -602,8 +642,8 @@ impl VersionTable {
         }
     }
 
-    /// A table of the entries of `chunks`, each of [`CHUNK`] entries but the last, as [`ChunkVec`]
-    /// builds them (one chunk at a time is kept twice).
+    /// A table of the entries of `chunks`, each of [`CHUNK`] entries but the last.
+    #[cfg(test)]
     pub(crate) fn from_chunks(chunks: Vec<Vec<VersionEntry>>) -> Self {
         let mut table = VersionTable::default();
         table.chunks.reserve(chunks.len());
@@ -613,6 +653,21 @@ impl VersionTable {
             }
         }
         table
+    }
+
+    /// Appends the entries of `other` after a whole number of chunks (the entries of a table built
+    /// from the chunks that follow this one's); `Err` if this table ends within a chunk.
+    pub(crate) fn append(&mut self, other: VersionTable) -> Result<(), String> {
+        if !self.len.is_multiple_of(CHUNK) {
+            return Err("a version table appended after a partial chunk".into());
+        }
+        let offset = self.len;
+        self.chunks.extend(other.chunks);
+        self.bases.extend(other.bases);
+        self.wide
+            .extend(other.wide.into_iter().map(|(position, wide)| (position + offset, wide)));
+        self.len += other.len;
+        Ok(())
     }
 
     /// Every entry, in slot order.
@@ -2367,7 +2422,7 @@ impl Index {
                 }
             }
             entry.latest = u32::try_from(at).unwrap_or(NO_SLOT);
-            index.slots.update(at, |version| version.prev = prev);
+            index.slots.set_prev(at, prev);
             if version.is_stored() && index.is_open(&version) {
                 live_ids += 1;
             }
@@ -2482,7 +2537,7 @@ impl Index {
         if at == slot {
             match newer {
                 Some(newer) => {
-                    self.slots.update(position(newer), |v| v.prev = prev);
+                    self.slots.set_prev(position(newer), prev);
                 }
                 None => {
                     if let Some(entry) = self.ids.get_mut(position(id)) {
@@ -2796,9 +2851,70 @@ pub(crate) mod tests {
         assert!(index.estimated_bytes() >= (index.rare.len() * std::mem::size_of::<Rare>()) as u64);
     }
 
+    /// Entries at the edges of what an entry keeps itself: 4,095 batches, 15 segments and 65,534
+    /// bytes past its block's first are kept in the entry; one more of any goes to the side table,
+    /// as does an entry created before its block's first; all come back as they were, and an entry
+    /// set back within the limits leaves the side table.
+    #[test]
+    fn the_version_table_keeps_what_fits_in_the_entry() {
+        let entry = |seq: u64, segment: u32, len: u32| VersionEntry {
+            seq_created: seq,
+            location: Location {
+                segment,
+                offset: 7,
+                len,
+                crc: 9,
+            },
+            ..VersionEntry::default()
+        };
+        let (seq, segment) = (1_000_000_u64, 70_000_u32);
+        let entries = [
+            (entry(seq, segment, 100), false),
+            (entry(seq + 4095, segment + 15, 65_534), false),
+            (entry(seq + 4096, segment, 100), true),
+            (entry(seq, segment + 16, 100), true),
+            (entry(seq, segment, 65_535), true),
+            (entry(seq - 1, segment, 100), true),
+            (entry(seq, segment - 1, 100), true),
+            (entry(seq + u64::from(u32::MAX) * 2, segment, 100), true),
+        ];
+        let mut table = VersionTable::default();
+        for (version, _) in &entries {
+            table.push(version);
+        }
+        for (at, (version, wide)) in entries.iter().enumerate() {
+            assert_eq!(table.get(at), Some(*version), "entry {at}");
+            assert_eq!(table.wide.contains_key(&at), *wide, "entry {at}");
+        }
+        assert_eq!(table.wide_count(), 6);
+        // The next block starts over from its own first entry.
+        while table.len() < BASE_BLOCK {
+            table.push(&entry(seq + 4000, segment + 15, 100));
+        }
+        for n in 0..BASE_BLOCK as u64 {
+            table.push(&entry(
+                seq + 10_000 + n * 16,
+                segment + 100 + u32::from(n == 255) * 15,
+                200,
+            ));
+        }
+        assert_eq!(table.len(), 2 * BASE_BLOCK);
+        assert_eq!(
+            table.get(BASE_BLOCK + 255),
+            Some(entry(seq + 10_000 + 255 * 16, segment + 115, 200))
+        );
+        assert_eq!(table.wide_count(), 6);
+        table.set(2, &entry(seq + 1, segment + 1, 300));
+        assert_eq!(table.get(2), Some(entry(seq + 1, segment + 1, 300)));
+        assert_eq!(table.wide_count(), 5);
+        table.set(1, &entry(seq + 1, segment + 1, 1 << 20));
+        assert_eq!(table.get(1), Some(entry(seq + 1, segment + 1, 1 << 20)));
+        assert_eq!(table.wide_count(), 6);
+    }
+
     #[test]
     fn entries_stay_small() {
-        assert_eq!(std::mem::size_of::<StoredEntry>(), 48);
+        assert_eq!(std::mem::size_of::<StoredEntry>(), 44);
         assert_eq!(std::mem::size_of::<Rare>(), 24);
         assert_eq!(std::mem::size_of::<IdEntry>(), 4);
     }
@@ -2876,16 +2992,18 @@ pub(crate) mod tests {
                 seq = match shape {
                     0 => seq.saturating_add(*jump),
                     1 => seq.saturating_sub(jump % 1000),
-                    _ => seq + jump % 64,
+                    _ => seq + jump % 24,
                 };
                 segment = match shape {
                     2 => segment.saturating_add(segment_step * 1000),
                     3 => segment.saturating_sub(*segment_step),
-                    _ => segment + segment_step / 4,
+                    _ => segment + u32::from(*segment_step == 7),
                 };
+                // Mostly records under 64 KiB, some around the limit, some far over it.
+                let len = if other % 4 == 0 { *len } else { len % 66_000 };
                 let mut version = VersionEntry {
                     seq_created: seq,
-                    location: Location { segment, offset: *other, len: *len, crc: other.rotate_left(7) },
+                    location: Location { segment, offset: *other, len, crc: other.rotate_left(7) },
                     id: u32::try_from(n).unwrap(),
                     prev: other.wrapping_mul(3),
                     scope: other % 1000,
@@ -2919,10 +3037,19 @@ pub(crate) mod tests {
                 });
                 table.set(at, &version);
                 model[at] = version;
+                if at.is_multiple_of(3) {
+                    let prev = u32::try_from(at).unwrap();
+                    table.set_prev(at, prev);
+                    model[at].prev = prev;
+                }
             }
             proptest::prop_assert_eq!(table.len(), model.len());
             for (at, want) in model.iter().enumerate() {
                 proptest::prop_assert_eq!(table.get(at), Some(*want), "slot {}", at);
+                proptest::prop_assert_eq!(
+                    table.set_keys(at),
+                    want.is_stored().then_some((want.timestamp(), want.kind(), want.scope))
+                );
                 proptest::prop_assert_eq!(table.timestamp(at), Some(want.timestamp()));
                 proptest::prop_assert_eq!(table.is_stored(at), want.is_stored());
             }
@@ -2932,16 +3059,27 @@ pub(crate) mod tests {
             // built again from the model's chunks has the same.
             let rebuilt = VersionTable::from_chunks(model.chunks(CHUNK).map(<[VersionEntry]>::to_vec).collect());
             proptest::prop_assert!(rebuilt.iter().eq(model.iter().copied()));
+            // Built in two parts, a whole number of chunks first, as a checkpoint load does.
+            let mut chunks: Vec<Vec<VersionEntry>> = model.chunks(CHUNK).map(<[VersionEntry]>::to_vec).collect();
+            let second = chunks.split_off(chunks.len() / 2);
+            let mut joined = VersionTable::from_chunks(chunks);
+            joined.append(VersionTable::from_chunks(second)).expect("after whole chunks");
+            proptest::prop_assert!(joined.iter().eq(model.iter().copied()));
+            proptest::prop_assert_eq!(joined.wide_count(), rebuilt.wide_count());
+            if model.len() > 1 {
+                let mut partial = VersionTable::from_chunks(vec![model[..1].to_vec()]);
+                proptest::prop_assert!(partial.append(VersionTable::default()).is_err());
+            }
             let wide = model
-                .chunks(CHUNK)
+                .chunks(BASE_BLOCK)
                 .flat_map(|chunk| {
                     let first = chunk[0];
                     chunk.iter().map(move |v| {
                         let fits = v.seq_created >= first.seq_created
-                            && v.seq_created - first.seq_created <= u64::from(u32::MAX)
+                            && v.seq_created - first.seq_created <= PLACE_SEQ_DELTA_MAX
                             && v.location.segment >= first.location.segment
-                            && v.location.segment - first.location.segment <= STORED_SEGMENT_DELTA_MAX
-                            && v.location.len < STORED_LEN_MASK;
+                            && v.location.segment - first.location.segment <= PLACE_SEGMENT_DELTA_MAX
+                            && v.location.len < PLACE_LEN_MASK;
                         usize::from(!fits)
                     })
                 })
