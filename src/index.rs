@@ -363,6 +363,17 @@ impl<T> ChunkVec<T> {
         ChunkVec { chunks, len }
     }
 
+    /// Appends the chunks of `other` after this array's, which must end with a full chunk (or be
+    /// empty); `false`, and nothing appended, otherwise.
+    fn append(&mut self, other: ChunkVec<T>) -> bool {
+        if !self.len.is_multiple_of(CHUNK) {
+            return false;
+        }
+        self.chunks.extend(other.chunks);
+        self.len += other.len;
+        true
+    }
+
     pub(crate) fn push(&mut self, value: T) {
         if self.chunks.last().is_none_or(|chunk| chunk.len() == CHUNK) {
             self.chunks.push(Vec::with_capacity(CHUNK));
@@ -435,6 +446,11 @@ impl StoredEntry {
     fn meta(&self) -> u64 {
         (u64::from(self.meta_high) << 32) | u64::from(self.meta_low)
     }
+
+    /// Whether the version's whole record, content included, is stored ([`VersionState::Stored`]).
+    fn is_stored(&self) -> bool {
+        (self.meta() >> META_STATE_SHIFT) & 3 == VersionState::Stored as u64
+    }
 }
 
 /// The creation sequence number, segment and record length of an entry that cannot keep them.
@@ -449,23 +465,28 @@ struct Wide {
 /// Entries are read and written whole, as [`VersionEntry`] values.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct VersionTable {
-    chunks: Vec<Vec<StoredEntry>>,
+    entries: ChunkVec<StoredEntry>,
     /// Per block of [`BASE_BLOCK`] slots: the creation sequence number and segment of its first entry.
     bases: Vec<(u64, u32)>,
     /// The entries that do not fit, by slot position.
     wide: FastMap<usize, Wide>,
-    len: usize,
 }
 
 impl VersionTable {
     pub(crate) fn len(&self) -> usize {
-        self.len
+        self.entries.len()
+    }
+
+    /// The entry at `position` as it is kept.
+    #[inline]
+    fn stored_at(&self, position: usize) -> Option<&StoredEntry> {
+        self.entries.get(position)
     }
 
     /// The entry at `position`.
     #[inline]
     pub(crate) fn get(&self, position: usize) -> Option<VersionEntry> {
-        let stored = self.chunks.get(position / CHUNK)?.get(position % CHUNK)?;
+        let stored = self.stored_at(position)?;
         let (seq_created, segment, len) = if stored.place == PLACE_WIDE {
             self.wide_at(position)
         } else {
@@ -504,7 +525,7 @@ impl VersionTable {
     /// The timestamp of the entry at `position` (the key of its set entries), without the rest.
     #[inline]
     pub(crate) fn timestamp(&self, position: usize) -> Option<i64> {
-        let stored = self.chunks.get(position / CHUNK)?.get(position % CHUNK)?;
+        let stored = self.stored_at(position)?;
         // At most 40 bits: the conversion is exact.
         Some((stored.meta() & META_TIMESTAMP_MASK) as i64)
     }
@@ -512,10 +533,10 @@ impl VersionTable {
     /// The timestamp, type number and scope number of the entry at `position` if it is stored: its
     /// keys in the ordered sets, without the rest.
     pub(crate) fn set_keys(&self, position: usize) -> Option<(i64, u16, u32)> {
-        let stored = self.chunks.get(position / CHUNK)?.get(position % CHUNK)?;
+        let stored = self.stored_at(position)?;
         let meta = stored.meta();
         // The timestamp has at most 40 bits and the type number 16: the conversions are exact.
-        ((meta >> META_STATE_SHIFT) & 3 == VersionState::Stored as u64).then_some((
+        stored.is_stored().then_some((
             (meta & META_TIMESTAMP_MASK) as i64,
             (meta >> META_KIND_SHIFT) as u16,
             stored.scope,
@@ -524,10 +545,7 @@ impl VersionTable {
 
     /// Whether the entry at `position` is stored (content included).
     pub(crate) fn is_stored(&self, position: usize) -> bool {
-        self.chunks
-            .get(position / CHUNK)
-            .and_then(|chunk| chunk.get(position % CHUNK))
-            .is_some_and(|stored| (stored.meta() >> META_STATE_SHIFT) & 3 == VersionState::Stored as u64)
+        self.stored_at(position).is_some_and(StoredEntry::is_stored)
     }
 
     /// `version` as it is kept at `position`, and its [`Wide`] if it needs one.
@@ -581,11 +599,7 @@ impl VersionTable {
     /// Replaces the entry at `position` (nothing if there is none).
     pub(crate) fn set(&mut self, position: usize, version: &VersionEntry) {
         let (stored, wide) = self.pack(position, version);
-        let Some(place) = self
-            .chunks
-            .get_mut(position / CHUNK)
-            .and_then(|c| c.get_mut(position % CHUNK))
-        else {
+        let Some(place) = self.entries.get_mut(position) else {
             return;
         };
         *place = stored;
@@ -603,11 +617,7 @@ impl VersionTable {
 
     /// Sets the `prev` of the entry at `position` (nothing if there is none).
     pub(crate) fn set_prev(&mut self, position: usize, prev: u32) {
-        if let Some(stored) = self
-            .chunks
-            .get_mut(position / CHUNK)
-            .and_then(|c| c.get_mut(position % CHUNK))
-        {
+        if let Some(stored) = self.entries.get_mut(position) {
             stored.prev = prev;
         }
     }
@@ -625,18 +635,12 @@ impl VersionTable {
 
     /// Appends an entry; the first of a block sets the block's bases.
     pub(crate) fn push(&mut self, version: &VersionEntry) {
-        if self.chunks.last().is_none_or(|chunk| chunk.len() == CHUNK) {
-            self.chunks.push(Vec::with_capacity(CHUNK));
-        }
-        let position = self.len;
+        let position = self.entries.len();
         if position.is_multiple_of(BASE_BLOCK) {
             self.bases.push((version.seq_created, version.location.segment));
         }
         let (stored, wide) = self.pack(position, version);
-        if let Some(last) = self.chunks.last_mut() {
-            last.push(stored);
-            self.len += 1;
-        }
+        self.entries.push(stored);
         if let Some(wide) = wide {
             self.wide.insert(position, wide);
         }
@@ -646,7 +650,6 @@ impl VersionTable {
     #[cfg(test)]
     pub(crate) fn from_chunks(chunks: Vec<Vec<VersionEntry>>) -> Self {
         let mut table = VersionTable::default();
-        table.chunks.reserve(chunks.len());
         for chunk in chunks {
             for version in &chunk {
                 table.push(version);
@@ -658,21 +661,19 @@ impl VersionTable {
     /// Appends the entries of `other` after a whole number of chunks (the entries of a table built
     /// from the chunks that follow this one's); `Err` if this table ends within a chunk.
     pub(crate) fn append(&mut self, other: VersionTable) -> Result<(), String> {
-        if !self.len.is_multiple_of(CHUNK) {
+        let offset = self.entries.len();
+        if !self.entries.append(other.entries) {
             return Err("a version table appended after a partial chunk".into());
         }
-        let offset = self.len;
-        self.chunks.extend(other.chunks);
         self.bases.extend(other.bases);
         self.wide
             .extend(other.wide.into_iter().map(|(position, wide)| (position + offset, wide)));
-        self.len += other.len;
         Ok(())
     }
 
     /// Every entry, in slot order.
     pub(crate) fn iter(&self) -> impl DoubleEndedIterator<Item = VersionEntry> + '_ {
-        (0..self.len).filter_map(|position| self.get(position))
+        (0..self.entries.len()).filter_map(|position| self.get(position))
     }
 
     /// Entries that keep their sequence number, segment and length in the side table.
@@ -685,10 +686,7 @@ impl VersionTable {
     /// control byte, at the table's usual fill).
     fn heap_bytes(&self) -> u64 {
         let wide = self.wide.capacity() * (std::mem::size_of::<(usize, Wide)>() + 1);
-        (self.chunks.iter().map(Vec::capacity).sum::<usize>() * std::mem::size_of::<StoredEntry>()
-            + self.chunks.capacity() * std::mem::size_of::<Vec<StoredEntry>>()
-            + self.bases.capacity() * std::mem::size_of::<(u64, u32)>()
-            + wide) as u64
+        self.entries.heap_bytes() + (self.bases.capacity() * std::mem::size_of::<(u64, u32)>() + wide) as u64
     }
 }
 
