@@ -968,7 +968,8 @@ fn describe_pattern(pattern: Option<&str>) -> String {
 /// An item that passed validation, with its canonical content bytes and hash computed.
 #[derive(Clone, Debug)]
 pub(crate) struct ValidItem {
-    /// The item, its `hash` filled in. Its content also lives, canonical and perhaps compressed,
+    /// The item as given (a missing `hash` is not filled in: `hash` below is the one stored, and
+    /// the records and answers are built from it). Its content also lives, canonical and perhaps compressed,
     /// in `record`: `Store::add` takes the tree out before the batch goes to the writer thread and
     /// frees it on the calling thread while the batch is written. (Freeing it on the validating
     /// threads, measured, slowed bulk loads by a third: the frees contend for the allocator's arena
@@ -981,19 +982,15 @@ pub(crate) struct ValidItem {
     pub(crate) record: Vec<u8>,
 }
 
-/// Checks every rule of an item, computes its canonical content and hash, and fills in a missing
-/// hash. Errors carry `index: None`; the caller adds the batch position.
+/// Checks every rule of an item, computes its canonical content and hash, and checks a declared
+/// hash against it. Errors carry `index: None`; the caller adds the batch position.
 ///
 /// # Errors
 ///
 /// [`Error::Invalid`] naming the field at fault, [`Error::UnknownType`], [`Error::TooLarge`] with
 /// `what` = `"content"` when the canonical content exceeds `max_content_bytes`, or
 /// [`Error::HashMismatch`] when a well-formed declared hash does not match the content.
-pub(crate) fn validate_item(
-    mut item: ContextItem,
-    registry: &TypeRegistry,
-    max_content_bytes: usize,
-) -> Result<ValidItem> {
+pub(crate) fn validate_item(item: ContextItem, registry: &TypeRegistry, max_content_bytes: usize) -> Result<ValidItem> {
     validate_name("id", &item.id)?;
     registry.check_item(&item.kind, &item.id)?;
     validate_source(&item.source)?;
@@ -1036,18 +1033,15 @@ pub(crate) fn validate_item(
         });
     }
     let hash = content_hash(&canonical);
-    let computed = format_hash(&hash);
-    match declared {
-        Some(declared) if declared != hash => {
-            return Err(Error::HashMismatch {
-                id: item.id,
-                declared: item.hash.unwrap_or_default(),
-                computed,
-                index: None,
-            });
-        }
-        Some(_) => {}
-        None => item.hash = Some(computed),
+    // The record keeps the hash as bytes, and nothing reads the item's text form after this: the
+    // text is built only for the error that shows it.
+    if declared.is_some_and(|declared| declared != hash) {
+        return Err(Error::HashMismatch {
+            id: item.id,
+            declared: item.hash.unwrap_or_default(),
+            computed: format_hash(&hash),
+            index: None,
+        });
     }
     let record = crate::log::record::encode_put(&crate::log::record::PutRef {
         id: &item.id,
@@ -1191,13 +1185,17 @@ mod tests {
     // ---- item validation ----
 
     #[test]
-    fn valid_item_fills_hash() {
+    fn valid_item_hashes_its_content() {
         let v = validate(item().with_ttl(5)).expect("valid");
         let canonical = br#"{"text":"hello"}"#;
         assert_eq!(v.hash, content_hash(canonical));
         // Too short to compress: the canonical bytes are in the record as they are.
         assert!(v.record.windows(canonical.len()).any(|w| w == canonical));
-        assert_eq!(v.item.hash, Some(format_hash(&v.hash)));
+        // The record carries the hash computed for the item, which declared none.
+        match crate::log::record::decode_record(&v.record) {
+            Ok(crate::log::record::RecordView::Put(put)) => assert_eq!(put.hash, v.hash),
+            _ => panic!("not a put record"),
+        }
         assert_eq!(v.item.expires_at(), Some(1_715_299_205));
     }
 
