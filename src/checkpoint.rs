@@ -926,6 +926,25 @@ mod tests {
         (index, marks)
     }
 
+    #[test]
+    fn an_id_with_no_version_left_loads_with_its_number_and_deletes() {
+        let (mut index, marks) = two_ids();
+        assert!(index.apply_delete(4, "ab"));
+        // Compaction dropped the only version of the deleted "ab" (slot 2).
+        assert!(index.forget(2));
+        index.unlink_from_sets(2);
+        index.purge_sets();
+        index.seq = 4;
+        let loaded = decode(&seal(4, &encode_body(&index, &marks))).expect("intact").index;
+        let ab = loaded.id_number("ab").expect("ab is still known");
+        assert_eq!(Some(ab), index.id_number("ab"));
+        assert_eq!(loaded.deletes_of(ab), 1);
+        assert!(loaded.visible("ab", 4).is_none());
+        let aa = loaded.id_number("aa").expect("aa");
+        let chain: Vec<u32> = loaded.versions_of(aa).map(|(slot, _)| slot).collect();
+        assert_eq!(chain, vec![1, 0]);
+    }
+
     fn replace(body: &mut [u8], from: &[u8], to: &[u8]) {
         let at = body
             .windows(from.len())

@@ -183,7 +183,7 @@ fn decide(index: &Index, views: &Views, version: &VersionEntry) -> Option<Decisi
     if version.state() == crate::index::VersionState::Forgotten {
         return None;
     }
-    let open_history = index.id_at(version.id).is_some() && index.deletes_of(version.id) == index.generation(version);
+    let open_history = index.has_id(version.id) && index.deletes_of(version.id) == index.generation(version);
     if version.is_stored() && views.needed(index, version) {
         return Some(Decision::Keep);
     }

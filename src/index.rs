@@ -316,13 +316,12 @@ impl VersionEntry {
     }
 }
 
-/// Everything the index keeps per id beside its name: 4 bytes, no heap. An id deleted at least once
-/// also has its delete count in [`Index::deletes`]; its name is in the [`NameArena`].
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct IdEntry {
-    /// The newest version still in the index, or [`NO_SLOT`]; older ones follow `prev`.
-    pub(crate) latest: u32,
-}
+/// Marks a value of the id lookup that is an id number (an id with no version in the index) rather
+/// than the slot of the id's newest version. Slots and id numbers stay below it.
+const ID_TAG: u32 = 1 << 31;
+
+/// The most ids and versions the index holds: below [`ID_TAG`].
+pub(crate) const IDS_AND_SLOTS_MAX: usize = ID_TAG as usize - 1;
 
 /// Entries per chunk of a [`ChunkVec`].
 pub(crate) const CHUNK: usize = 4096;
@@ -481,6 +480,12 @@ impl VersionTable {
     #[inline]
     fn stored_at(&self, position: usize) -> Option<&StoredEntry> {
         self.entries.get(position)
+    }
+
+    /// The id number of the entry at `position`.
+    #[inline]
+    fn id_at(&self, position: usize) -> Option<u32> {
+        self.stored_at(position).map(|stored| stored.id)
     }
 
     /// The entry at `position`.
@@ -933,6 +938,11 @@ impl NameArena {
             .is_some()
     }
 
+    /// How many names the arena holds.
+    fn len(&self) -> usize {
+        self.parts.len()
+    }
+
     /// The length of id number `id`'s name.
     fn name_len(&self, id: u32) -> usize {
         self.parts
@@ -1063,7 +1073,9 @@ fn fill_lookup(by_name: &mut HashTable<u32>, hashes: &[u64], same_name: impl Fn(
 /// The id half of an index, built from a checkpoint's id names (on its own thread, while the
 /// versions are decoded): per-id entries, the name arena and the lookup table.
 pub(crate) struct IdTable {
-    ids: ChunkVec<IdEntry>,
+    /// How many ids the checkpoint names; the lookup's values are their numbers until
+    /// [`Index::from_checkpoint`] knows their newest versions.
+    count: usize,
     names: NameArena,
     by_name: HashTable<u32>,
     hasher: foldhash::fast::RandomState,
@@ -1097,8 +1109,13 @@ impl IdTable {
     /// table reads the names from `chunks`; its own copy of them ([`NameArena::from_parts`], made on
     /// another thread meanwhile) is put in with [`IdTable::with_names`].
     pub(crate) fn from_name_parts(chunks: &[&str], parts: &[[u8; 2]]) -> Result<IdTable, String> {
+        if parts.len() > IDS_AND_SLOTS_MAX {
+            return Err(format!(
+                "{} ids, more than the {IDS_AND_SLOTS_MAX} an index holds",
+                parts.len()
+            ));
+        }
         let hasher = foldhash::fast::RandomState::default();
-        let mut ids = ChunkVec::default();
         let mut hashes = Vec::with_capacity(parts.len());
         let mut marks = Vec::with_capacity(parts.len().div_ceil(NAME_MARK));
         let mut name = NameBuf::new();
@@ -1128,7 +1145,6 @@ impl IdTable {
                 marks.push(mark_of((chunk, offset)));
             }
             hashes.push(hasher.hash_one(name.as_str()));
-            ids.push(IdEntry { latest: NO_SLOT });
             end = (chunk, offset + len);
         }
         let all_used = match chunks.len().checked_sub(1) {
@@ -1139,7 +1155,7 @@ impl IdTable {
             return Err("the name chunks hold bytes after the last id's name".into());
         }
         let mut table = IdTable {
-            ids,
+            count: parts.len(),
             names: NameArena::default(),
             by_name: HashTable::with_capacity(parts.len()),
             hasher,
@@ -1175,7 +1191,7 @@ impl IdTable {
 
     /// Sets the delete count of id number `id`.
     pub(crate) fn set_deletes(&mut self, id: u32, deletes: u32) -> Result<(), String> {
-        if position(id) >= self.ids.len() {
+        if position(id) >= self.count {
             return Err(format!("deleted id number {id} is out of range"));
         }
         if deletes > 0 {
@@ -1943,9 +1959,11 @@ impl<A: Iterator<Item = (i64, u32)>, B: Iterator<Item = (i64, u32)>> Iterator fo
 /// The whole in-memory state of a store: index, type registry and the segments readers use.
 #[derive(Debug, Default)]
 pub(crate) struct Index {
-    ids: ChunkVec<IdEntry>,
+    /// Id names, by id number.
     names: NameArena,
-    /// Id numbers, found by the hash of their name.
+    /// Per id, found by the hash of its name: the slot of its newest version still in the index
+    /// (older ones follow `prev`, and the entry names the id's number), or, for an id with none,
+    /// [`ID_TAG`] | its number.
     by_name: HashTable<u32>,
     hasher: foldhash::fast::RandomState,
     /// How many times each id deleted at least once was deleted: its current history is that
@@ -1970,6 +1988,8 @@ pub(crate) struct Index {
     pub(crate) pins: BTreeMap<String, PinInfo>,
     /// Slots compaction emptied.
     pub(crate) forgotten: u64,
+    /// How many times [`Index::forget`] ran: a lookup grown off the lock before one is stale.
+    head_changes: u64,
     /// The expiries and generations that do not fit in their version entries (see [`Rare`]).
     rare: Vec<Rare>,
     /// What the writer applied ahead of `seq` (see [`Unpublished`]).
@@ -2015,6 +2035,13 @@ pub(crate) struct PinInfo {
     pub(crate) session: Option<Arc<str>>,
 }
 
+/// A larger id lookup built off the index write lock ([`Index::grown_lookup`]).
+pub(crate) struct GrownLookup {
+    table: HashTable<u32>,
+    /// [`Index::head_changes`] when it was built.
+    head_changes: u64,
+}
+
 /// What a view at some sequence number sees of one id.
 pub(crate) struct Visible {
     pub(crate) slot: u32,
@@ -2025,6 +2052,34 @@ fn position(value: u32) -> usize {
     usize::try_from(value).unwrap_or(usize::MAX)
 }
 
+/// The id number a value of the id lookup stands for (see [`Index::by_name`]).
+#[inline]
+fn id_of_value(slots: &VersionTable, value: u32) -> Option<u32> {
+    if value & ID_TAG != 0 {
+        Some(value & !ID_TAG)
+    } else {
+        slots.id_at(position(value))
+    }
+}
+
+/// The newest version slot a value of the id lookup gives ([`NO_SLOT`] for an id with none).
+fn head_of_value(value: u32) -> u32 {
+    if value & ID_TAG != 0 {
+        NO_SLOT
+    } else {
+        value
+    }
+}
+
+/// The value of the id lookup for id `id` whose newest version is `head` ([`NO_SLOT`] for none).
+fn value_of_head(id: u32, head: u32) -> u32 {
+    if head == NO_SLOT {
+        ID_TAG | id
+    } else {
+        head
+    }
+}
+
 impl Index {
     pub(crate) fn slot(&self, slot: u32) -> Option<VersionEntry> {
         self.slots.get(position(slot))
@@ -2032,18 +2087,59 @@ impl Index {
 
     /// The number of ids the index knows (deleted or not).
     pub(crate) fn id_count(&self) -> usize {
-        self.ids.len()
+        self.names.len()
     }
 
-    pub(crate) fn id_at(&self, id: u32) -> Option<&IdEntry> {
-        self.ids.get(position(id))
+    /// Whether the index knows id number `id`.
+    pub(crate) fn has_id(&self, id: u32) -> bool {
+        position(id) < self.id_count()
+    }
+
+    /// The number of id `name` and the slot of its newest version ([`NO_SLOT`] for none), if the
+    /// index knows it. The lookup's value leads to the newest version's entry, which names the
+    /// id: the name is compared while that entry is read.
+    fn id_and_head(&self, name: &str) -> Option<(u32, u32)> {
+        let hash = self.hasher.hash_one(name);
+        let mut found = None;
+        self.by_name.find(hash, |&value| {
+            let id = id_of_value(&self.slots, value);
+            found = id.map(|id| (id, head_of_value(value)));
+            id.is_some_and(|id| self.names.is(id, name))
+        })?;
+        found
     }
 
     /// The number of id `name`, if the index knows it.
+    #[cfg(test)]
     pub(crate) fn id_number(&self, name: &str) -> Option<u32> {
-        let hash = self.hasher.hash_one(name);
-        let names = &self.names;
-        self.by_name.find(hash, |id| names.is(*id, name)).copied()
+        self.id_and_head(name).map(|(id, _)| id)
+    }
+
+    /// The hash of id number `id`'s name.
+    fn id_hash(&self, id: u32) -> u64 {
+        self.hasher.hash_one(self.names.name_into(id, &mut NameBuf::new()))
+    }
+
+    /// The slot of id number `id`'s newest version ([`NO_SLOT`] for none or an unknown id).
+    fn head_of(&self, id: u32) -> u32 {
+        if !self.has_id(id) {
+            return NO_SLOT;
+        }
+        self.by_name
+            .find(self.id_hash(id), |&value| id_of_value(&self.slots, value) == Some(id))
+            .map_or(NO_SLOT, |&value| head_of_value(value))
+    }
+
+    /// Makes `head` ([`NO_SLOT`] for none) the newest version of id number `id`, whose name hashes
+    /// to `hash`.
+    fn set_head(&mut self, id: u32, hash: u64, head: u32) {
+        let slots = &self.slots;
+        if let Some(value) = self
+            .by_name
+            .find_mut(hash, |&value| id_of_value(slots, value) == Some(id))
+        {
+            *value = value_of_head(id, head);
+        }
     }
 
     /// The length of id number `id`'s name.
@@ -2095,7 +2191,12 @@ impl Index {
 
     /// The versions of id number `id` still in the index, newest first.
     pub(crate) fn versions_of(&self, id: u32) -> impl Iterator<Item = (u32, VersionEntry)> + '_ {
-        let mut next = self.id_at(id).map_or(NO_SLOT, |entry| entry.latest);
+        self.versions_from(self.head_of(id))
+    }
+
+    /// The versions from slot `head` down its chain, newest first.
+    fn versions_from(&self, head: u32) -> impl Iterator<Item = (u32, VersionEntry)> + '_ {
+        let mut next = head;
         std::iter::from_fn(move || {
             let slot = next;
             let version = self.slot(slot)?;
@@ -2106,8 +2207,8 @@ impl Index {
 
     /// The version of `name` a view at `seq` sees, if any.
     pub(crate) fn visible(&self, name: &str, seq: u64) -> Option<Visible> {
-        let id = self.id_number(name)?;
-        self.versions_of(id)
+        let (_, head) = self.id_and_head(name)?;
+        self.versions_from(head)
             .find(|(_, version)| self.visible_at(version, seq))
             .map(|(slot, version)| Visible { slot, version })
     }
@@ -2193,10 +2294,11 @@ impl Index {
 
     /// The versions of the id's current history (since its last delete), newest first.
     pub(crate) fn current_history<'a>(&'a self, name: &str) -> impl Iterator<Item = VersionEntry> + 'a {
-        let id = self.id_number(name);
-        let generation = id.map_or(0, |id| self.deletes_of(id));
-        id.into_iter()
-            .flat_map(|id| self.versions_of(id))
+        let found = self.id_and_head(name);
+        let generation = found.map_or(0, |(id, _)| self.deletes_of(id));
+        found
+            .into_iter()
+            .flat_map(|(_, head)| self.versions_from(head))
             .map(|(_, version)| version)
             .filter(move |version| self.generation(version) == generation)
     }
@@ -2206,7 +2308,7 @@ impl Index {
     /// index write lock, with every reader waiting (81 ms at 917,504 ids here); this copy is built by
     /// the writer thread under a read lock, as a checkpoint's is loaded, and swapped in with
     /// [`Index::install_lookup`].
-    pub(crate) fn grown_lookup(&self, more: usize) -> Option<HashTable<u32>> {
+    pub(crate) fn grown_lookup(&self, more: usize) -> Option<GrownLookup> {
         let needed = self.by_name.len().saturating_add(more);
         if needed <= self.by_name.capacity() {
             return None;
@@ -2217,7 +2319,7 @@ impl Index {
         table
             .try_reserve(needed.max(self.by_name.capacity().saturating_mul(2)), |_: &u32| 0)
             .ok()?;
-        let mut hashes = Vec::with_capacity(self.ids.len());
+        let mut hashes = Vec::with_capacity(self.id_count());
         self.names.for_each(|_, name| hashes.push(self.hasher.hash_one(name)));
         let names = &self.names;
         let same_name = |a: u32, b: u32| {
@@ -2226,39 +2328,67 @@ impl Index {
         };
         fill_lookup(&mut table, &hashes, same_name).ok()?;
         crate::checkpoint::drop_in_background(hashes);
-        Some(table)
+        // Filled with id numbers; each becomes the id's value in place.
+        let heads = self.heads();
+        for value in table.iter_mut() {
+            *value = value_of_head(*value, heads.get(position(*value)).copied().unwrap_or(NO_SLOT));
+        }
+        crate::checkpoint::drop_in_background(heads);
+        Some(GrownLookup {
+            table,
+            head_changes: self.head_changes,
+        })
+    }
+
+    /// Each id's newest version in the index ([`NO_SLOT`] for none), by id number, from one pass
+    /// over the versions in slot order: a version is pushed as its id's newest, and only
+    /// [`Index::forget`] takes one out of its chain.
+    fn heads(&self) -> Vec<u32> {
+        let mut heads = vec![NO_SLOT; self.id_count()];
+        for (slot, version) in self.slots.iter().enumerate() {
+            if version.state() != VersionState::Forgotten {
+                if let Some(head) = heads.get_mut(position(version.id)) {
+                    *head = u32::try_from(slot).unwrap_or(NO_SLOT);
+                }
+            }
+        }
+        heads
     }
 
     /// Puts in a lookup from [`Index::grown_lookup`], unless ids were added since it was built (then
-    /// it would miss them, and the lookup in place is kept). Returns whether it was put in.
-    pub(crate) fn install_lookup(&mut self, lookup: HashTable<u32>) -> bool {
-        if lookup.len() != self.ids.len() {
+    /// it would miss them) or compaction changed an id's newest version (then it would hold the
+    /// old one); the lookup in place is kept then. Returns whether it was put in.
+    pub(crate) fn install_lookup(&mut self, lookup: GrownLookup) -> bool {
+        if lookup.table.len() != self.id_count() || lookup.head_changes != self.head_changes {
             return false;
         }
-        let old = std::mem::replace(&mut self.by_name, lookup);
+        let old = std::mem::replace(&mut self.by_name, lookup.table);
         crate::checkpoint::drop_in_background(old);
         true
     }
 
-    /// The number of id `name`, creating its entry if it is new.
-    fn id_position(&mut self, name: &str) -> u32 {
-        if let Some(id) = self.id_number(name) {
-            return id;
-        }
-        self.new_id(name)
-    }
-
-    /// Adds an id the index does not know.
-    fn new_id(&mut self, name: &str) -> u32 {
-        let id = u32::try_from(self.ids.len()).unwrap_or(u32::MAX);
-        self.names.push(name);
-        self.ids.push(IdEntry { latest: NO_SLOT });
+    /// Makes `slot` the newest version of id `name` (an id the index does not know gets the next
+    /// number); returns the id's number and its newest version before ([`NO_SLOT`] for none).
+    fn push_head(&mut self, name: &str, slot: u32) -> (u32, u32) {
         let hash = self.hasher.hash_one(name);
-        let (names, hasher) = (&self.names, &self.hasher);
-        self.by_name.insert_unique(hash, id, |id| {
-            hasher.hash_one(names.name_into(*id, &mut NameBuf::new()))
+        let (names, slots) = (&self.names, &self.slots);
+        let known = self.by_name.find_mut(hash, |&value| {
+            id_of_value(slots, value).is_some_and(|id| names.is(id, name))
         });
-        id
+        if let Some(value) = known {
+            let (id, head) = (id_of_value(slots, *value).unwrap_or(0), head_of_value(*value));
+            *value = slot;
+            return (id, head);
+        }
+        let id = u32::try_from(self.names.len()).unwrap_or(u32::MAX);
+        self.names.push(name);
+        let (names, hasher, slots) = (&self.names, &self.hasher, &self.slots);
+        // Growing in place (when no grown copy was put in first) rehashes the ids known before.
+        self.by_name.insert_unique(hash, slot, |&value| {
+            let id = id_of_value(slots, value).unwrap_or(0);
+            hasher.hash_one(names.name_into(id, &mut NameBuf::new()))
+        });
+        (id, NO_SLOT)
     }
 
     /// Every id deleted at least once, with how many times, in no order.
@@ -2290,13 +2420,10 @@ impl Index {
     /// number `source`; it ends the id's open version.
     fn push_version(&mut self, seq: u64, name: &str, mut version: VersionEntry, expires_at: i64, source: u32) -> u32 {
         let slot = u32::try_from(self.slots.len()).unwrap_or(u32::MAX);
-        let id = self.id_position(name);
-        let Some(entry) = self.ids.get_mut(position(id)) else {
-            return slot;
-        };
+        // The entry is pushed below, before anything reads the lookup again.
+        let (id, head) = self.push_head(name, slot);
         version.id = id;
-        version.prev = entry.latest;
-        entry.latest = slot;
+        version.prev = head;
         let generation = self.deletes.get(&id).copied().unwrap_or(0);
         self.set_rare(&mut version, Rare::open(expires_at, generation, source));
         let ended_live = self.end_version(version.prev, seq).is_some_and(|retired| !retired);
@@ -2368,13 +2495,9 @@ impl Index {
         if self.current_history(name).next().is_none() {
             return false;
         }
-        let Some(id) = self.id_number(name) else {
+        let Some((id, latest)) = self.id_and_head(name) else {
             return false;
         };
-        let Some(entry) = self.ids.get(position(id)) else {
-            return false;
-        };
-        let latest = entry.latest;
         *self.deletes.entry(id).or_insert(0) += 1;
         if self.end_version(latest, seq) == Some(false) {
             self.live_ids = self.live_ids.saturating_sub(1);
@@ -2393,9 +2516,19 @@ impl Index {
         sets: (Vec<KeySet>, Vec<KeySet>, KeySet),
         tables: (Interner<Box<str>>, Interner<Scope>, Interner<Box<str>>),
     ) -> Result<Index, String> {
+        if slots.len() > IDS_AND_SLOTS_MAX {
+            return Err(format!(
+                "{} versions, more than the {IDS_AND_SLOTS_MAX} an index holds",
+                slots.len()
+            ));
+        }
+        if ids.names.len() != ids.count {
+            return Err(format!("{} id names for {} ids", ids.names.len(), ids.count));
+        }
+        // Each id's newest version so far, while the chains are rebuilt.
+        let mut heads = vec![NO_SLOT; ids.count];
         let mut index = Index {
             seq,
-            ids: ids.ids,
             names: ids.names,
             by_name: ids.by_name,
             hasher: ids.hasher,
@@ -2409,22 +2542,27 @@ impl Index {
             let Some(version) = index.slots.get(at) else {
                 break;
             };
-            let entry = index
-                .ids
+            let head = heads
                 .get_mut(position(version.id))
                 .ok_or_else(|| format!("version {at}: id number {} is out of range", version.id))?;
-            let prev = entry.latest;
+            let prev = *head;
             if let Some(before) = index.slots.get(position(prev)) {
                 if before.seq_created > version.seq_created {
                     return Err(format!("version {at}: its id's versions are out of order"));
                 }
             }
-            entry.latest = u32::try_from(at).unwrap_or(NO_SLOT);
+            *head = u32::try_from(at).unwrap_or(NO_SLOT);
             index.slots.set_prev(at, prev);
             if version.is_stored() && index.is_open(&version) {
                 live_ids += 1;
             }
         }
+        // The lookup holds id numbers so far: each becomes the id's value.
+        for value in index.by_name.iter_mut() {
+            let id = *value;
+            *value = value_of_head(id, heads.get(position(id)).copied().unwrap_or(NO_SLOT));
+        }
+        crate::checkpoint::drop_in_background(heads);
         index.live_ids = live_ids;
         (index.by_type, index.by_scope, index.by_time) = sets;
         let (kinds, scopes, sources) = tables;
@@ -2522,12 +2660,17 @@ impl Index {
         };
         let was_stored = version.is_stored();
         version.set_state(VersionState::Forgotten);
+        self.head_changes += 1;
         let (id, prev) = (version.id, version.prev);
         version.prev = NO_SLOT;
         self.slots.set(position(slot), &version);
         // Take the slot out of its id's chain.
         let mut newer = None;
-        let mut at = self.ids.get(position(id)).map_or(NO_SLOT, |entry| entry.latest);
+        let hash = self.id_hash(id);
+        let mut at = self
+            .by_name
+            .find(hash, |&value| id_of_value(&self.slots, value) == Some(id))
+            .map_or(NO_SLOT, |&value| head_of_value(value));
         while at != NO_SLOT && at != slot {
             newer = Some(at);
             at = self.slot(at).map_or(NO_SLOT, |v| v.prev);
@@ -2537,11 +2680,7 @@ impl Index {
                 Some(newer) => {
                     self.slots.set_prev(position(newer), prev);
                 }
-                None => {
-                    if let Some(entry) = self.ids.get_mut(position(id)) {
-                        entry.latest = prev;
-                    }
-                }
+                None => self.set_head(id, hash, prev),
             }
         }
         self.forgotten += 1;
@@ -2562,7 +2701,7 @@ impl Index {
         let rare = (self.rare.capacity() * std::mem::size_of::<Rare>()) as u64;
         // A deleted id's count: key and value plus a control byte, at the table's usual fill.
         let deletes = self.deletes.capacity() as u64 * 9;
-        self.slots.heap_bytes() + self.ids.heap_bytes() + self.names.heap_bytes() + by_name + sets + rare + deletes
+        self.slots.heap_bytes() + self.names.heap_bytes() + by_name + sets + rare + deletes
     }
 }
 
@@ -2662,7 +2801,7 @@ pub(crate) mod tests {
         let capacity = index.by_name.capacity();
         assert!(index.grown_lookup(0).is_none(), "no room is needed for no new id");
         let grown = index.grown_lookup(100).expect("100 more ids need a larger lookup");
-        assert!(grown.capacity() >= capacity + 100);
+        assert!(grown.table.capacity() >= capacity + 100);
         // A lookup built before another id was added would miss it: it is not put in.
         let stale = index.grown_lookup(1).expect("larger");
         let mut other = Index::default();
@@ -2914,7 +3053,6 @@ pub(crate) mod tests {
     fn entries_stay_small() {
         assert_eq!(std::mem::size_of::<StoredEntry>(), 44);
         assert_eq!(std::mem::size_of::<Rare>(), 24);
-        assert_eq!(std::mem::size_of::<IdEntry>(), 4);
     }
 
     #[test]
@@ -3492,6 +3630,74 @@ pub(crate) mod tests {
         for (scope, set) in index.by_scope.iter().enumerate() {
             check(set, &|v| position(v.scope) == scope);
         }
+    }
+
+    #[test]
+    fn an_id_whose_versions_are_all_forgotten_keeps_its_number_and_generation() {
+        let mut index = Index::default();
+        index.apply_put(1, &put("a", "1", 1), HERE);
+        index.apply_put(2, &put("b", "1", 1), HERE);
+        assert!(index.apply_delete(3, "a"));
+        index.forget(0);
+        let a = index.id_number("a").expect("a is still known");
+        assert_eq!(index.versions_of(a).count(), 0);
+        assert_eq!(index.deletes_of(a), 1);
+        assert!(index.visible("a", 3).is_none() && index.current_history("a").next().is_none());
+        // A larger lookup, built off the lock, keeps an id with no version and one with a version.
+        let grown = index.grown_lookup(1000).expect("1,000 more ids need a larger lookup");
+        assert!(index.install_lookup(grown));
+        assert_eq!(index.id_number("a"), Some(a));
+        let b = index.id_number("b").expect("b");
+        let chain = |index: &Index, id: u32| -> Vec<u32> { index.versions_of(id).map(|(slot, _)| slot).collect() };
+        assert_eq!(chain(&index, b), vec![1]);
+        // A new put of "a" continues under its number, in a new generation.
+        index.apply_put(4, &put("a", "2", 1), HERE);
+        assert_eq!(index.id_number("a"), Some(a));
+        assert_eq!(chain(&index, a), vec![2]);
+        let newest = index.visible("a", 4).expect("a's new version");
+        assert_eq!((newest.slot, index.generation(&newest.version)), (2, 1));
+        // Enough new ids to make the lookup grow in place (no grown copy put in first).
+        for n in 0..2000 {
+            index.apply_put(5 + n, &put(&format!("n{n}"), "1", 1), HERE);
+        }
+        assert_eq!(index.id_number("a"), Some(a));
+        assert_eq!(chain(&index, a), vec![2]);
+        assert_eq!(chain(&index, b), vec![1]);
+        for n in (0..2000).step_by(97) {
+            let id = index.id_number(&format!("n{n}")).expect("a new id");
+            assert_eq!(chain(&index, id), vec![u32::try_from(n).unwrap() + 3]);
+        }
+        index.forget(2);
+        assert_eq!(chain(&index, a), Vec::<u32>::new());
+        assert_eq!(index.id_number("a"), Some(a));
+    }
+
+    #[test]
+    fn a_lookup_grown_before_compaction_changed_a_newest_version_is_not_put_in() {
+        let mut index = Index::default();
+        for (seq, version) in [(1, "1"), (2, "2"), (3, "3")] {
+            index.apply_put(seq, &put("a", version, 1), HERE);
+        }
+        index.apply_put(4, &put("b", "1", 1), HERE);
+        let chain = |index: &Index, name: &str| -> Vec<u32> {
+            let id = index.id_number(name).expect("known");
+            index.versions_of(id).map(|(slot, _)| slot).collect()
+        };
+        // Built under the read lock; compaction takes a's newest version before it is put in.
+        let grown = index.grown_lookup(1000).expect("1,000 more ids need a larger lookup");
+        assert!(index.forget(2));
+        assert!(
+            !index.install_lookup(grown),
+            "a lookup holding a forgotten version was put in"
+        );
+        assert_eq!(chain(&index, "a"), vec![1, 0]);
+        // Built after, it is put in, with every id's newest version.
+        assert!(index.forget(0));
+        let grown = index.grown_lookup(1000).expect("larger");
+        assert!(index.install_lookup(grown));
+        assert_eq!(chain(&index, "a"), vec![1]);
+        assert_eq!(chain(&index, "b"), vec![3]);
+        assert_eq!(index.visible("a", 2).map(|v| v.slot), Some(1));
     }
 
     #[test]
