@@ -1071,7 +1071,7 @@ fn fill_lookup(by_name: &mut HashTable<u32>, hashes: &[u64], same_name: impl Fn(
 }
 
 /// The id half of an index, built from a checkpoint's id names (on its own thread, while the
-/// versions are decoded): per-id entries, the name arena and the lookup table.
+/// versions are decoded): the id count, the name arena and the lookup table.
 pub(crate) struct IdTable {
     /// How many ids the checkpoint names; the lookup's values are their numbers until
     /// [`Index::from_checkpoint`] knows their newest versions.
@@ -2062,6 +2062,20 @@ fn id_of_value(slots: &VersionTable, value: u32) -> Option<u32> {
     }
 }
 
+/// Whether a value of the id lookup stands for the id named `name`.
+fn value_is_named(slots: &VersionTable, names: &NameArena, value: u32, name: &str) -> bool {
+    id_of_value(slots, value).is_some_and(|id| names.is(id, name))
+}
+
+/// Turns a lookup that holds id numbers into one that holds each id's value, given each id's
+/// newest version by number ([`NO_SLOT`] for none).
+fn numbers_to_values(table: &mut HashTable<u32>, heads: &[u32]) {
+    for value in table.iter_mut() {
+        let id = *value;
+        *value = value_of_head(id, heads.get(position(id)).copied().unwrap_or(NO_SLOT));
+    }
+}
+
 /// The newest version slot a value of the id lookup gives ([`NO_SLOT`] for an id with none).
 fn head_of_value(value: u32) -> u32 {
     if value & ID_TAG != 0 {
@@ -2125,8 +2139,13 @@ impl Index {
         if !self.has_id(id) {
             return NO_SLOT;
         }
+        self.head_by_hash(id, self.id_hash(id))
+    }
+
+    /// The slot of id number `id`'s newest version, its name hashing to `hash`.
+    fn head_by_hash(&self, id: u32, hash: u64) -> u32 {
         self.by_name
-            .find(self.id_hash(id), |&value| id_of_value(&self.slots, value) == Some(id))
+            .find(hash, |&value| id_of_value(&self.slots, value) == Some(id))
             .map_or(NO_SLOT, |&value| head_of_value(value))
     }
 
@@ -2330,9 +2349,7 @@ impl Index {
         crate::checkpoint::drop_in_background(hashes);
         // Filled with id numbers; each becomes the id's value in place.
         let heads = self.heads();
-        for value in table.iter_mut() {
-            *value = value_of_head(*value, heads.get(position(*value)).copied().unwrap_or(NO_SLOT));
-        }
+        numbers_to_values(&mut table, &heads);
         crate::checkpoint::drop_in_background(heads);
         Some(GrownLookup {
             table,
@@ -2372,9 +2389,9 @@ impl Index {
     fn push_head(&mut self, name: &str, slot: u32) -> (u32, u32) {
         let hash = self.hasher.hash_one(name);
         let (names, slots) = (&self.names, &self.slots);
-        let known = self.by_name.find_mut(hash, |&value| {
-            id_of_value(slots, value).is_some_and(|id| names.is(id, name))
-        });
+        let known = self
+            .by_name
+            .find_mut(hash, |&value| value_is_named(slots, names, value, name));
         if let Some(value) = known {
             let (id, head) = (id_of_value(slots, *value).unwrap_or(0), head_of_value(*value));
             *value = slot;
@@ -2558,10 +2575,7 @@ impl Index {
             }
         }
         // The lookup holds id numbers so far: each becomes the id's value.
-        for value in index.by_name.iter_mut() {
-            let id = *value;
-            *value = value_of_head(id, heads.get(position(id)).copied().unwrap_or(NO_SLOT));
-        }
+        numbers_to_values(&mut index.by_name, &heads);
         crate::checkpoint::drop_in_background(heads);
         index.live_ids = live_ids;
         (index.by_type, index.by_scope, index.by_time) = sets;
@@ -2667,10 +2681,7 @@ impl Index {
         // Take the slot out of its id's chain.
         let mut newer = None;
         let hash = self.id_hash(id);
-        let mut at = self
-            .by_name
-            .find(hash, |&value| id_of_value(&self.slots, value) == Some(id))
-            .map_or(NO_SLOT, |&value| head_of_value(value));
+        let mut at = self.head_by_hash(id, hash);
         while at != NO_SLOT && at != slot {
             newer = Some(at);
             at = self.slot(at).map_or(NO_SLOT, |v| v.prev);
