@@ -2,7 +2,8 @@
 //! API: validation + hashing (an `add` of a batch to a `Durability::Never` store), `resolve`, a typed
 //! time-window query, query planning alone (a query whose window holds nothing),
 //! `ContextItem::from_json` / `to_json`, and `canonical_json`. Through `ctxlog::bench` (hidden, for
-//! benchmarks only): a batch frame's encoding and decoding, and the index insert of a batch.
+//! benchmarks only): a batch frame's encoding and decoding, and the index insert of a batch. And
+//! the cost of each check a read makes, and of allocating and freeing one item (`read_checks`).
 //!
 //! `cargo bench --bench hot_paths` (add `-- NAME` to filter).
 
@@ -211,6 +212,9 @@ fn read_checks(c: &mut Criterion) {
     group.bench_function("parse_content_value", |b| {
         b.iter(|| black_box(serde_json::from_slice::<serde_json::Value>(black_box(&canonical)).expect("json")))
     });
+    // The floor of any parsed read, whatever the stored encoding: allocating a W1 item's strings and
+    // content tree and freeing them again (a clone and its drop, no decoding at all).
+    group.bench_function("item_alloc_and_free", |b| b.iter(|| black_box(black_box(&it).clone())));
     group.finish();
 }
 
