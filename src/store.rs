@@ -289,6 +289,21 @@ pub(crate) struct Shared {
     /// Set by every read and query, cleared by the maintenance thread while it looks for a lull
     /// (see [`Store`], "Checkpoints").
     read_since_look: AtomicBool,
+    /// What the last large `add` left of its items once answered (their records, and their type,
+    /// source, scope and hash strings): freed by the next `add` while it waits for its own answer,
+    /// instead of on the way to the caller's return. At most [`LEFTOVER_ITEMS_MAX`] items.
+    leftovers: Mutex<Vec<ValidItem>>,
+}
+
+/// The most items whose leftovers an `add` keeps for the next one to free (about 0.5 KiB each for
+/// W1-like items); a larger batch frees its own.
+const LEFTOVER_ITEMS_MAX: usize = 4096;
+
+/// Whether an `add` of `items` keeps its leftovers for the next one to free: a batch large enough
+/// to be validated on several threads (its frees take ~0.1 ms per 1,000 items), and not so large
+/// that keeping them holds much memory. A small batch frees its few on the spot.
+fn leaves_leftovers(items: usize) -> bool {
+    (PARALLEL_ADD_ITEMS_MIN..=LEFTOVER_ITEMS_MAX).contains(&items)
 }
 
 /// Batches of at most this many items count as writing (see [`Shared::writers`]) while they are
@@ -372,6 +387,22 @@ impl Shared {
         } else {
             answer.recv().map_err(|_| Error::Closed)?
         }
+    }
+
+    /// Keeps what an answered `add` left of its items for the next `add` to free while it waits
+    /// (see [`Shared::leftovers`]).
+    fn leave(&self, rest: Vec<ValidItem>) {
+        let earlier = std::mem::replace(
+            &mut *self.leftovers.lock().unwrap_or_else(std::sync::PoisonError::into_inner),
+            rest,
+        );
+        // Another thread's leftovers, left between this add's wait and now: freed outside the lock.
+        drop(earlier);
+    }
+
+    /// Takes the leftovers of the last large `add`, to be freed by the caller.
+    fn take_leftovers(&self) -> Vec<ValidItem> {
+        std::mem::take(&mut *self.leftovers.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
     }
 
     pub(crate) fn send(&self, command: Command) -> Result<()> {
@@ -569,6 +600,7 @@ impl Store {
             last_checkpoint_bytes: AtomicU64::new(0),
             writers: AtomicUsize::new(0),
             read_since_look: AtomicBool::new(false),
+            leftovers: Mutex::new(Vec::new()),
         });
         shared.note_checkpoint();
         let (sender, receiver) = crossbeam_channel::unbounded();
@@ -678,19 +710,33 @@ impl Store {
             })
             .collect();
         writing.get_or_insert_with(|| Writing::enter(&self.inner.shared.writers));
-        let Answer { outcomes, ops } = self.inner.shared.submit_then(ops, move || drop(contents))?;
-        Ok(ops
+        let shared = &self.inner.shared;
+        let Answer { outcomes, ops } = shared.submit_then(ops, move || {
+            drop(contents);
+            drop(shared.take_leftovers());
+        })?;
+        let leave = leaves_leftovers(ops.len());
+        let mut rest = Vec::with_capacity(if leave { ops.len() } else { 0 });
+        let answered = ops
             .into_iter()
             .zip(outcomes)
             .filter_map(|(op, outcome)| {
-                let Op::Put(valid) = op else { return None };
-                let ContextItem { id, version, .. } = valid.item;
+                let Op::Put(mut valid) = op else { return None };
+                let id = std::mem::take(&mut valid.item.id);
+                let version = std::mem::take(&mut valid.item.version);
+                if leave {
+                    rest.push(valid);
+                }
                 Some(match outcome {
                     OpOutcome::Added { seq } => AddOutcome::Added { id, version, seq },
                     _ => AddOutcome::Unchanged { id, version },
                 })
             })
-            .collect())
+            .collect();
+        if leave {
+            shared.leave(rest);
+        }
+        Ok(answered)
     }
 
     /// Writes a checkpoint now, as the maintenance thread does (for `ctxlog::bench`).
@@ -1415,5 +1461,63 @@ impl SessionView {
     #[must_use]
     pub fn snapshot(&self) -> Snapshot {
         self.store.view(Some(Arc::clone(&self.session)), true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch(first: usize, n: usize) -> Vec<ContextItem> {
+        (first..first + n)
+            .map(|k| {
+                ContextItem::new(
+                    format!("item-{k:06}"),
+                    "message",
+                    serde_json::json!({"k": k, "text": "words ".repeat(30)}),
+                    "src",
+                    1_700_000_000 + i64::try_from(k).unwrap(),
+                    "1",
+                    Scope::GlobalReadonly,
+                )
+            })
+            .collect()
+    }
+
+    fn leftovers(store: &Store) -> Vec<(String, String, usize)> {
+        let left = store.inner.shared.leftovers.lock().unwrap();
+        left.iter()
+            .map(|valid| (valid.item.kind.clone(), valid.item.source.clone(), valid.record.len()))
+            .collect()
+    }
+
+    #[test]
+    fn a_large_add_leaves_its_leftovers_for_the_next_add_to_free_while_it_waits() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Options::new().durability(Durability::Never).open(dir.path()).unwrap();
+        let answers = store.add(batch(0, 300)).unwrap();
+        // The answers still carry every id and version, in order.
+        assert_eq!(answers.len(), 300);
+        assert!(matches!(&answers[7], AddOutcome::Added { id, version, .. } if id == "item-000007" && version == "1"));
+        // The rest of the 300 items waits for the next add: records and strings, ids taken out.
+        let left = leftovers(&store);
+        assert_eq!(left.len(), 300);
+        assert!(left
+            .iter()
+            .all(|(kind, source, record)| kind == "message" && source == "src" && *record > 0));
+        // Any next add frees them during its wait; a small one leaves nothing of its own.
+        store.add(batch(300, 1)).unwrap();
+        assert!(leftovers(&store).is_empty());
+        store.add(batch(301, PARALLEL_ADD_ITEMS_MIN)).unwrap();
+        assert_eq!(leftovers(&store).len(), PARALLEL_ADD_ITEMS_MIN);
+        // A batch over the cap frees its own, and the earlier leftovers too.
+        store.add(batch(1000, LEFTOVER_ITEMS_MAX + 1)).unwrap();
+        assert!(leftovers(&store).is_empty());
+        // What was added reads back whole.
+        let found = store
+            .snapshot()
+            .resolve(["item-000007", "item-000300", "item-005096"])
+            .unwrap();
+        assert!(found.iter().all(|r| matches!(r, Resolution::Found(_))), "{found:?}");
     }
 }
