@@ -389,20 +389,14 @@ impl Shared {
         }
     }
 
-    /// Keeps what an answered `add` left of its items for the next `add` to free while it waits
-    /// (see [`Shared::leftovers`]).
-    fn leave(&self, rest: Vec<ValidItem>) {
-        let earlier = std::mem::replace(
+    /// Puts `rest` in place of the kept leftovers (see [`Shared::leftovers`]) and returns those, for
+    /// the caller to free outside the lock: an `add` takes them (`rest` empty) to free while it
+    /// waits, and leaves its own once answered.
+    fn swap_leftovers(&self, rest: Vec<ValidItem>) -> Vec<ValidItem> {
+        std::mem::replace(
             &mut *self.leftovers.lock().unwrap_or_else(std::sync::PoisonError::into_inner),
             rest,
-        );
-        // Another thread's leftovers, left between this add's wait and now: freed outside the lock.
-        drop(earlier);
-    }
-
-    /// Takes the leftovers of the last large `add`, to be freed by the caller.
-    fn take_leftovers(&self) -> Vec<ValidItem> {
-        std::mem::take(&mut *self.leftovers.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+        )
     }
 
     pub(crate) fn send(&self, command: Command) -> Result<()> {
@@ -713,7 +707,7 @@ impl Store {
         let shared = &self.inner.shared;
         let Answer { outcomes, ops } = shared.submit_then(ops, move || {
             drop(contents);
-            drop(shared.take_leftovers());
+            drop(shared.swap_leftovers(Vec::new()));
         })?;
         let leave = leaves_leftovers(ops.len());
         let mut rest = Vec::with_capacity(if leave { ops.len() } else { 0 });
@@ -734,7 +728,8 @@ impl Store {
             })
             .collect();
         if leave {
-            shared.leave(rest);
+            // Another thread's leftovers, left between this add's wait and now, are freed here.
+            drop(shared.swap_leftovers(rest));
         }
         Ok(answered)
     }
