@@ -23,7 +23,7 @@ use crate::log::record::{decode_batch, BatchEncoder, RecordView, FRAME_HEADER_BY
 use crate::log::segment::{segment_file_name, Segment, SegmentHeader, SEGMENT_HEADER_BYTES};
 use crate::log::writer::sync_dir;
 use crate::recovery::{scan_frames, ScanEnd};
-use crate::storage::{Storage, StorageFile};
+use crate::storage::{Allocation, Storage, StorageFile};
 use crate::store::Shared;
 
 /// What a compaction did.
@@ -492,20 +492,27 @@ impl Spool {
 
     fn write_if_full(&mut self) -> Result<()> {
         if self.buf.len() >= SPOOL_BYTES {
-            self.file
-                .append(&self.buf)
-                .map_err(|e| Error::io(format!("writing {}", self.path.display()), e))?;
+            self.write_out()?;
             self.written += self.buf.len();
             self.buf.clear();
         }
         Ok(())
     }
 
+    /// Appends the buffer to the file, into room reserved and made ready first, so that the write
+    /// copies into pages already there (see `StorageFile::prepare`); the file ends where the
+    /// bytes do.
+    fn write_out(&mut self) -> Result<()> {
+        let (at, len) = (self.written as u64, self.buf.len() as u64);
+        let failed = |e| Error::io(format!("writing {}", self.path.display()), e);
+        self.file.allocate(at + len, Allocation::Reserved).map_err(failed)?;
+        self.file.prepare(at, len);
+        self.file.append(&self.buf).map_err(failed)
+    }
+
     /// Writes the rest and syncs the file; returns its length.
     fn finish(mut self) -> Result<usize> {
-        self.file
-            .append(&self.buf)
-            .map_err(|e| Error::io(format!("writing {}", self.path.display()), e))?;
+        self.write_out()?;
         self.file
             .sync_all()
             .map_err(|e| Error::io(format!("syncing {}", self.path.display()), e))?;

@@ -555,6 +555,7 @@ fn replay(
                 len: end as u64,
                 allocated: end as u64,
                 zeroed: end as u64,
+                prepared: end as u64,
                 segment,
             });
         } else {

@@ -8,7 +8,7 @@ mod common;
 use std::path::Path;
 use std::sync::Arc;
 
-use ctxlog::storage::SimDisk;
+use ctxlog::storage::{CallKind, SimDisk};
 use ctxlog::*;
 use serde_json::json;
 
@@ -231,4 +231,119 @@ fn single_adds_append_into_written_zeros_and_bulk_loads_into_reserved_space() {
     drop(store);
     let store = open_file_store(&store_dir);
     assert_holds(&store, 405, "after a clean close");
+}
+
+/// The space that bulk writes go into is made ready before they come (`StorageFile::prepare`, which
+/// puts the page cache's pages in place on a real file system): after a bulk add the writer thread
+/// allocates room for two more of its size and prepares it, so that the next one allocates nothing
+/// and appends into prepared space. Single adds prepare nothing. A checkpoint and a rewritten
+/// segment are prepared whole before they are written, and end at their last byte.
+#[test]
+fn bulk_adds_checkpoints_and_rewrites_prepare_the_space_they_write_into() {
+    const DIR: &str = "/sim/store";
+    let disk = SimDisk::new();
+    let clock = Arc::new(ManualClock::new(common::NOW));
+    let open = || {
+        Options::new()
+            .storage(Arc::new(disk.clone()))
+            .clock(clock.clone())
+            .segment_size(4 << 20)
+            .auto_compact(false)
+            .open(DIR)
+            .expect("open")
+    };
+    let store = open();
+    let segment = Path::new(DIR).join("00000001.seg");
+    let frames_end = || common::frames_end(&disk.file_bytes(&segment).expect("segment")) as u64;
+    for n in 0..3 {
+        store.add(batch(n, 1)).expect("single add");
+    }
+    // The writer thread prepares after it answers: a flush is answered once it is done.
+    store.flush().expect("flush");
+    assert!(disk.prepared_ranges(&segment).is_empty(), "single adds prepared space");
+
+    // About 140 KB: a bulk add. Half of the items expire, for the rewrite below.
+    let expiring = |first: usize| {
+        batch(first, 400)
+            .into_iter()
+            .enumerate()
+            .map(|(k, item)| if k % 2 == 0 { item.with_ttl(60) } else { item })
+            .collect::<Vec<_>>()
+    };
+    let before = frames_end();
+    store.add(expiring(3)).expect("bulk add");
+    store.flush().expect("flush");
+    let end = frames_end();
+    let appended = end - before;
+    assert!(
+        appended > 64 << 10,
+        "the batch is too short to be a bulk add: {appended} bytes"
+    );
+    assert_eq!(disk.prepared_ranges(&segment), vec![(end, end + 2 * appended)]);
+    let allocated = disk.file_bytes(&segment).expect("segment").len() as u64;
+    assert!(
+        allocated >= end + 2 * appended,
+        "room for two more not allocated: {allocated} bytes"
+    );
+
+    // The next bulk add appends into the prepared space without allocating first.
+    disk.record_calls(true);
+    store.add(expiring(403)).expect("second bulk add");
+    store.flush().expect("flush");
+    let calls = disk.call_log();
+    let append = calls
+        .iter()
+        .position(|call| call.kind == CallKind::Append && call.path == segment)
+        .expect("the second bulk add appended");
+    assert!(
+        !calls[..append]
+            .iter()
+            .any(|call| call.kind == CallKind::Allocate && call.path == segment),
+        "the second bulk add allocated before its append"
+    );
+    let second_end = frames_end();
+    assert!(
+        second_end <= end + 2 * appended,
+        "the second bulk add wrote past the prepared space"
+    );
+    let prepared = disk.prepared_ranges(&segment);
+    assert_eq!(prepared.len(), 1, "{prepared:?}");
+    assert_eq!(prepared[0].0, end);
+    assert!(prepared[0].1 >= second_end + (second_end - end), "{prepared:?}");
+    disk.record_calls(false);
+
+    // A compaction rewrites the sealed segment without its expired items, into prepared space.
+    clock.advance(120);
+    let report = store.compact().expect("compact");
+    assert_eq!(report.segments_rewritten, 1, "{report:?}");
+    assert_eq!(report.reclaimed_expired, 400);
+    let rewritten = disk.file_bytes(&segment).expect("rewritten segment");
+    assert_eq!(
+        common::frames_end(&rewritten),
+        rewritten.len(),
+        "zeros past the rewrite's frames"
+    );
+    assert_eq!(disk.prepared_ranges(&segment), vec![(0, rewritten.len() as u64)]);
+
+    // Closing writes a checkpoint, prepared whole.
+    drop(store);
+    let checkpoints: Vec<String> = disk
+        .file_names(Path::new(DIR))
+        .into_iter()
+        .filter(|name| name.ends_with(".idx"))
+        .collect();
+    assert_eq!(checkpoints.len(), 1, "{checkpoints:?}");
+    let checkpoint = Path::new(DIR).join(&checkpoints[0]);
+    let len = disk.file_bytes(&checkpoint).expect("checkpoint").len() as u64;
+    assert_eq!(disk.prepared_ranges(&checkpoint), vec![(0, len)]);
+    let store = open();
+    let mut ids = common::ids(&store.get(&ContextQuery::new()).expect("get"));
+    ids.sort();
+    let mut want: Vec<String> = (0..3)
+        .chain((3..803).filter(|n| (n - 3) % 400 % 2 == 1))
+        .map(|n| format!("doc-{n}"))
+        .collect();
+    want.sort();
+    assert_eq!(ids, want, "after the compaction and a reopen");
+    assert!(store.verify().expect("verify").is_ok());
 }

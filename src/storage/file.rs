@@ -86,6 +86,20 @@ impl StorageFile for RealFile {
         Ok(())
     }
 
+    fn prepare(&self, offset: u64, len: u64) {
+        // Reading ahead space that `allocate` reserved puts zeroed pages in the page cache without
+        // any disk read (the file system knows the blocks were never written), so the appends
+        // into them copy into pages already there instead of getting each new page on the way.
+        #[cfg(target_os = "linux")]
+        if let Some(len) = std::num::NonZeroU64::new(len) {
+            if let Err(e) = rustix::fs::fadvise(&self.file, offset, Some(len), rustix::fs::Advice::WillNeed) {
+                tracing::debug!("preparing {len} bytes at {offset} for appends: {e}");
+            }
+        }
+        #[cfg(not(target_os = "linux"))]
+        let _ = (offset, len);
+    }
+
     fn sync_data(&mut self) -> io::Result<()> {
         self.file.sync_data()
     }
@@ -286,5 +300,36 @@ mod tests {
         again.append(b"!").unwrap();
         assert_eq!(FileStorage.read(&path).unwrap(), b"headbodytail!");
         assert_eq!(&*again.map().unwrap(), b"headbodytail!");
+    }
+
+    #[test]
+    fn prepared_space_still_reads_as_zeros_and_takes_appends_as_any_other() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a");
+        let mut file = FileStorage.create_new(&path).unwrap();
+        file.append(b"head").unwrap();
+        file.allocate(1 << 20, Allocation::Reserved).unwrap();
+        file.sync_data().unwrap();
+        // Prepared (pages of zeros in the page cache), across the file's end, and past it.
+        file.prepare(4, 1 << 20);
+        file.prepare(2 << 20, 4096);
+        file.prepare(0, 0);
+        assert_eq!(FileStorage.len(&path).unwrap(), 1 << 20);
+        let bytes = FileStorage.read(&path).unwrap();
+        assert_eq!(&bytes[..4], b"head");
+        assert!(
+            bytes[4..].iter().all(|byte| *byte == 0),
+            "prepared space does not read as zeros"
+        );
+        // Appends into it land where they are written, durably, around the zeros still prepared.
+        let body: Vec<u8> = (0..300_000u32).map(|n| (n % 251) as u8).collect();
+        file.append(&body).unwrap();
+        file.sync_data().unwrap();
+        let bytes = FileStorage.read(&path).unwrap();
+        assert_eq!(bytes.len(), 1 << 20);
+        assert_eq!(&bytes[4..4 + body.len()], &body[..]);
+        assert!(bytes[4 + body.len()..].iter().all(|byte| *byte == 0));
+        file.set_len(4 + body.len() as u64).unwrap();
+        assert_eq!(&*file.map().unwrap(), &[&b"head"[..], &body].concat()[..]);
     }
 }

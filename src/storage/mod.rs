@@ -66,6 +66,13 @@ pub trait StorageFile: Send + Sync + fmt::Debug {
     /// Any I/O error (`ENOSPC` when the space is not there). After one, the file may have grown by
     /// part of the zeros.
     fn allocate(&mut self, len: u64, how: Allocation) -> io::Result<()>;
+    /// A hint that the `len` bytes at `offset`, inside what [`StorageFile::allocate`] made room
+    /// for, will be appended to soon: a backend may get ready what those appends will write into
+    /// (the page cache's pages, for files), so that they only copy. It changes nothing that can be
+    /// read, synced or lost, and it has no errors to report: the default does nothing.
+    fn prepare(&self, offset: u64, len: u64) {
+        let _ = (offset, len);
+    }
     /// Makes the file's data (and its length) durable.
     ///
     /// # Errors

@@ -133,6 +133,9 @@ struct Inode {
     durable: Vec<u8>,
     current: Vec<u8>,
     pending: Vec<Pending>,
+    /// The ranges `StorageFile::prepare` was given (start, end), adjacent ones merged: a hint,
+    /// kept for tests only, with no effect on the bytes.
+    prepared: Vec<(u64, u64)>,
 }
 
 impl Inode {
@@ -539,6 +542,7 @@ impl SimDisk {
                         durable: bytes.clone(),
                         current: bytes,
                         pending: Vec::new(),
+                        prepared: Vec::new(),
                     },
                 );
             }
@@ -584,6 +588,17 @@ impl SimDisk {
         let state = self.state();
         let inode = state.lookup(path).ok()?;
         state.inodes.get(&inode).map(|i| i.current.clone())
+    }
+
+    /// The ranges (start, end) that `StorageFile::prepare` was given for the file at `path`, in
+    /// order, adjacent ones merged (not counted as a call; for tests: a hint changes no byte).
+    #[must_use]
+    pub fn prepared_ranges(&self, path: &Path) -> Vec<(u64, u64)> {
+        let state = self.state();
+        let Ok(inode) = state.lookup(path) else {
+            return Vec::new();
+        };
+        state.inodes.get(&inode).map(|i| i.prepared.clone()).unwrap_or_default()
     }
 
     /// Replaces the bytes of the file at `path`, durably (not counted as a call; for tests).
@@ -744,6 +759,18 @@ impl StorageFile for SimFile {
         drop(state);
         self.position = len;
         Ok(())
+    }
+
+    fn prepare(&self, offset: u64, len: u64) {
+        // Not a call: a hint has no fault to inject and no effect to lose in a crash.
+        let mut state = lock(&self.state);
+        if let Ok(file) = state.inode(self.inode) {
+            let end = offset.saturating_add(len);
+            match file.prepared.last_mut() {
+                Some(last) if last.1 == offset => last.1 = end,
+                _ => file.prepared.push((offset, end)),
+            }
+        }
     }
 
     fn allocate(&mut self, len: u64, how: Allocation) -> io::Result<()> {
