@@ -347,3 +347,21 @@ fn bulk_adds_checkpoints_and_rewrites_prepare_the_space_they_write_into() {
     assert_eq!(ids, want, "after the compaction and a reopen");
     assert!(store.verify().expect("verify").is_ok());
 }
+
+/// A bulk group of several megabytes gets at most 8 MiB prepared ahead of it, not two more of its size.
+#[test]
+fn the_space_prepared_ahead_of_a_large_group_is_bounded() {
+    let disk = SimDisk::new();
+    let store = Options::new()
+        .storage(Arc::new(disk.clone()))
+        .clock(Arc::new(ManualClock::new(common::NOW)))
+        .auto_compact(false)
+        .open("/sim/store")
+        .expect("open");
+    let segment = Path::new("/sim/store").join("00000001.seg");
+    store.add(batch(0, 12_500)).expect("bulk add");
+    store.flush().expect("flush");
+    let end = common::frames_end(&disk.file_bytes(&segment).expect("segment")) as u64;
+    assert!(end > 4 << 20, "the group is too short for the bound to matter: {end} bytes");
+    assert_eq!(disk.prepared_ranges(&segment), vec![(end, end + (8 << 20))]);
+}

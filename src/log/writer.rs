@@ -154,6 +154,9 @@ pub(crate) const ZERO_AHEAD_MAX: u64 = 1 << 20;
 /// for this many groups of the same size past the active segment's end, and gets it ready for
 /// them, before the next group comes (see [`Writer::prepare_ahead`]).
 const PREPARE_GROUPS_AHEAD: u64 = 2;
+/// The most space prepared ahead at once (groups of several megabytes get the first part of
+/// the next one ready).
+const PREPARE_AHEAD_MAX: u64 = 8 << 20;
 
 /// What the batches earlier in a group changed, for checking the later ones.
 #[derive(Default, Clone)]
@@ -421,18 +424,19 @@ impl Writer {
 
     /// Readies the active segment for the next group, when the one just answered appended
     /// `appended` bytes, at least [`ZERO_AHEAD_BELOW`] (a bulk load's): room for
-    /// [`PREPARE_GROUPS_AHEAD`] such groups is allocated now rather than by the next append
-    /// ([`Writer::allocate_for`]), and the pages they will be written into are made ready
-    /// ([`StorageFile::prepare`]). The next append then copies into pages already there instead
-    /// of getting each on the way: on the development VM, where new memory comes slowly from its
-    /// host, a 480 KiB append took 3.5 ms cold against 0.14 ms into prepared pages
-    /// (docs/BENCHMARKS.md). Done after the answer, while the writer would wait for the next
-    /// command. A failure here changes nothing: the next append allocates, and reports, as always.
+    /// [`PREPARE_GROUPS_AHEAD`] such groups (at most [`PREPARE_AHEAD_MAX`] bytes) is allocated now
+    /// rather than by the next append ([`Writer::allocate_for`]), and the pages they will be
+    /// written into are made ready ([`StorageFile::prepare`]). The next append then copies into
+    /// pages already there instead of getting each on the way: on the development VM, where new
+    /// memory comes slowly from its host, a 480 KiB append took 3.5 ms cold against 0.14 ms into
+    /// prepared pages (docs/BENCHMARKS.md). Done after the answer, while the writer would wait for
+    /// the next command. A failure here changes nothing: the next append allocates, and reports,
+    /// as always.
     fn prepare_ahead(&mut self, appended: u64) {
         if appended < ZERO_AHEAD_BELOW || self.poisoned.is_some() {
             return;
         }
-        let ahead = appended.saturating_mul(PREPARE_GROUPS_AHEAD);
+        let ahead = appended.saturating_mul(PREPARE_GROUPS_AHEAD).min(PREPARE_AHEAD_MAX);
         let end = self.active.len.saturating_add(ahead);
         if end > self.segment_size {
             // The next groups go to a new segment.
