@@ -362,6 +362,9 @@ fn the_space_prepared_ahead_of_a_large_group_is_bounded() {
     store.add(batch(0, 12_500)).expect("bulk add");
     store.flush().expect("flush");
     let end = common::frames_end(&disk.file_bytes(&segment).expect("segment")) as u64;
-    assert!(end > 4 << 20, "the group is too short for the bound to matter: {end} bytes");
+    assert!(
+        end > 4 << 20,
+        "the group is too short for the bound to matter: {end} bytes"
+    );
     assert_eq!(disk.prepared_ranges(&segment), vec![(end, end + (8 << 20))]);
 }
