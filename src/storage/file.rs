@@ -271,13 +271,19 @@ mod tests {
         }
     }
 
-    #[test]
-    fn allocated_space_reads_as_zeros_and_appends_write_into_it() {
+    /// A new file "a" in a temporary directory holding `head`, with space reserved to `len` bytes.
+    fn head_and_reserved_space(len: u64) -> (tempfile::TempDir, std::path::PathBuf, Box<dyn StorageFile>) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a");
         let mut file = FileStorage.create_new(&path).unwrap();
         file.append(b"head").unwrap();
-        file.allocate(1 << 16, Allocation::Reserved).unwrap();
+        file.allocate(len, Allocation::Reserved).unwrap();
+        (dir, path, file)
+    }
+
+    #[test]
+    fn allocated_space_reads_as_zeros_and_appends_write_into_it() {
+        let (_dir, path, mut file) = head_and_reserved_space(1 << 16);
         assert_eq!(FileStorage.len(&path).unwrap(), 1 << 16);
         // The write position stays after the last append, not at the new end of the file.
         file.append(b"body").unwrap();
@@ -304,11 +310,7 @@ mod tests {
 
     #[test]
     fn prepared_space_still_reads_as_zeros_and_takes_appends_as_any_other() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("a");
-        let mut file = FileStorage.create_new(&path).unwrap();
-        file.append(b"head").unwrap();
-        file.allocate(1 << 20, Allocation::Reserved).unwrap();
+        let (_dir, path, mut file) = head_and_reserved_space(1 << 20);
         file.sync_data().unwrap();
         // Prepared (pages of zeros in the page cache), across the file's end, and past it.
         file.prepare(4, 1 << 20);
