@@ -17,7 +17,7 @@ use crate::index::{
 use crate::item::{Scope, TypeSpec};
 use crate::log::record::Cursor;
 use crate::log::writer::sync_dir;
-use crate::storage::{Allocation, Storage};
+use crate::storage::{append_prepared, Storage};
 use crate::store::Shared;
 
 /// The magic bytes that open every checkpoint file.
@@ -869,14 +869,7 @@ pub(crate) fn install(storage: &dyn Storage, dir: &Path, seq: u64, bytes: &[u8])
     let mut file = storage
         .create(&tmp)
         .map_err(|e| Error::io(format!("creating {}", tmp.display()), e))?;
-    // Room reserved and made ready first, so that the write copies into pages already there
-    // (see `StorageFile::prepare`); the file ends where the bytes do.
-    let len = bytes.len() as u64;
-    file.allocate(len, Allocation::Reserved)
-        .map_err(|e| Error::io(format!("allocating {}", tmp.display()), e))?;
-    file.prepare(0, len);
-    file.append(bytes)
-        .map_err(|e| Error::io(format!("writing {}", tmp.display()), e))?;
+    append_prepared(file.as_mut(), 0, bytes).map_err(|e| Error::io(format!("writing {}", tmp.display()), e))?;
     file.sync_all()
         .map_err(|e| Error::io(format!("syncing {}", tmp.display()), e))?;
     drop(file);

@@ -23,7 +23,7 @@ use crate::log::record::{decode_batch, BatchEncoder, RecordView, FRAME_HEADER_BY
 use crate::log::segment::{segment_file_name, Segment, SegmentHeader, SEGMENT_HEADER_BYTES};
 use crate::log::writer::sync_dir;
 use crate::recovery::{scan_frames, ScanEnd};
-use crate::storage::{Allocation, Storage, StorageFile};
+use crate::storage::{append_prepared, Storage, StorageFile};
 use crate::store::Shared;
 
 /// What a compaction did.
@@ -499,15 +499,10 @@ impl Spool {
         Ok(())
     }
 
-    /// Appends the buffer to the file, into room reserved and made ready first, so that the write
-    /// copies into pages already there (see `StorageFile::prepare`); the file ends where the
-    /// bytes do.
+    /// Appends the buffer to the file, into prepared space ([`append_prepared`]).
     fn write_out(&mut self) -> Result<()> {
-        let (at, len) = (self.written as u64, self.buf.len() as u64);
-        let failed = |e| Error::io(format!("writing {}", self.path.display()), e);
-        self.file.allocate(at + len, Allocation::Reserved).map_err(failed)?;
-        self.file.prepare(at, len);
-        self.file.append(&self.buf).map_err(failed)
+        append_prepared(self.file.as_mut(), self.written as u64, &self.buf)
+            .map_err(|e| Error::io(format!("writing {}", self.path.display()), e))
     }
 
     /// Writes the rest and syncs the file; returns its length.

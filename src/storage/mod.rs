@@ -103,6 +103,17 @@ pub trait StorageFile: Send + Sync + fmt::Debug {
     fn map_prefix(&self, len: u64) -> io::Result<SharedBytes>;
 }
 
+/// Appends `bytes` to `file`, whose write position is `at`, into room reserved and prepared first
+/// ([`StorageFile::allocate`], [`StorageFile::prepare`]), so that the write copies into pages
+/// already there; the file then ends where the bytes do. For files written whole, or in large
+/// steps, once (checkpoints, rewritten segments).
+pub(crate) fn append_prepared(file: &mut dyn StorageFile, at: u64, bytes: &[u8]) -> io::Result<()> {
+    let len = bytes.len() as u64;
+    file.allocate(at + len, Allocation::Reserved)?;
+    file.prepare(at, len);
+    file.append(bytes)
+}
+
 /// How [`StorageFile::allocate`] makes room ahead of the appends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Allocation {
