@@ -368,3 +368,48 @@ fn the_space_prepared_ahead_of_a_large_group_is_bounded() {
     );
     assert_eq!(disk.prepared_ranges(&segment), vec![(end, end + (8 << 20))]);
 }
+
+/// A bulk batch's frame is appended straight from the buffer it was built in when nothing is
+/// buffered before it in its group, and single adds that share the group are buffered behind it:
+/// every one must land where the index says, through rotations and across a reopen.
+#[test]
+fn bulk_frames_written_straight_keep_their_place_among_single_adds() {
+    const BULK: usize = 12;
+    const PER_BULK: usize = 400;
+    const SINGLE_THREADS: usize = 4;
+    const SINGLES: usize = 60;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let open = || {
+        Options::new()
+            .clock(Arc::new(ManualClock::new(common::NOW)))
+            .segment_size(2 << 20)
+            .auto_compact(false)
+            .open(dir.path())
+            .expect("open")
+    };
+    let store = open();
+    std::thread::scope(|scope| {
+        let bulk = store.clone();
+        scope.spawn(move || {
+            for b in 0..BULK {
+                bulk.add(batch(b * PER_BULK, PER_BULK)).expect("bulk add");
+            }
+        });
+        for t in 0..SINGLE_THREADS {
+            let single = store.clone();
+            scope.spawn(move || {
+                for k in 0..SINGLES {
+                    single
+                        .add(batch(BULK * PER_BULK + t * SINGLES + k, 1))
+                        .expect("single add");
+                }
+            });
+        }
+    });
+    let count = BULK * PER_BULK + SINGLE_THREADS * SINGLES;
+    assert!(store.stats().segments > 1, "the bulk adds did not fill a segment");
+    assert_holds(&store, count, "before close");
+    drop(store);
+    let store = open();
+    assert_holds(&store, count, "after reopen");
+}

@@ -477,7 +477,13 @@ impl BatchEncoder {
     /// Starts a frame: the header is filled in by [`BatchEncoder::finish`].
     /// The frame's first record is its sync mark, filled in by [`set_frame_header`].
     pub(crate) fn new() -> Self {
-        let mut buf = Vec::with_capacity(256);
+        Self::with_capacity(0)
+    }
+
+    /// [`BatchEncoder::new`] with room for `records` bytes of records, so that a large batch's
+    /// frame is not copied again each time it outgrows its buffer.
+    pub(crate) fn with_capacity(records: usize) -> Self {
+        let mut buf = Vec::with_capacity(256 + records);
         buf.extend_from_slice(&[0u8; FRAME_HEADER_BYTES + 4]);
         push_record(&mut buf, TAG_SYNC_MARK, |out| out.extend_from_slice(&[0u8; 8]));
         BatchEncoder { buf, count: 1 }

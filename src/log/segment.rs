@@ -128,6 +128,12 @@ pub(crate) struct Segment {
 }
 
 impl Segment {
+    /// Makes `len` bytes at `offset` ready for appends ([`StorageFile::prepare`]) through the
+    /// segment's own handle, so that a thread other than the writer's can do it.
+    pub(crate) fn prepare(&self, offset: u64, len: u64) {
+        self.file.prepare(offset, len);
+    }
+
     /// Opens segment `path` for reading; `sealed` segments are mapped.
     pub(crate) fn open(storage: &dyn Storage, path: &Path, sealed: bool, published_len: u64) -> Result<Segment> {
         let file = storage

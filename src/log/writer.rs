@@ -154,6 +154,9 @@ pub(crate) const ZERO_AHEAD_MAX: u64 = 1 << 20;
 /// for this many groups of the same size past the active segment's end, and gets it ready for
 /// them, before the next group comes (see [`Writer::prepare_ahead`]).
 const PREPARE_GROUPS_AHEAD: u64 = 2;
+/// A frame at least this long, with nothing buffered before it, is appended straight from the
+/// batch's own buffer rather than copied into the writer's.
+const WRITE_STRAIGHT_MIN: usize = 64 << 10;
 /// The most space prepared ahead at once (groups of several megabytes get the first part of
 /// the next one ready).
 const PREPARE_AHEAD_MAX: u64 = 8 << 20;
@@ -328,13 +331,19 @@ impl Writer {
     }
 
     fn sync(&mut self) -> Result<()> {
-        self.sync_while(None::<fn()>).map(drop)
+        self.sync_while(None::<fn()>, None::<fn()>).map(drop)
     }
 
     /// Makes what was written durable: the buffer written out, then one fsync of the active
     /// segment, during which `alongside` (if any) runs on a helper thread. Returns whether it ran:
-    /// not when there was nothing to sync, nor when the helper could not be started.
-    fn sync_while(&mut self, alongside: Option<impl FnOnce() + Send>) -> Result<bool> {
+    /// not when there was nothing to sync, nor when the helper could not be started. `also`, a
+    /// hint, runs on a second helper beside it when there is one (it is skipped otherwise); both
+    /// are done when this returns.
+    fn sync_while(
+        &mut self,
+        alongside: Option<impl FnOnce() + Send>,
+        also: Option<impl FnOnce() + Send>,
+    ) -> Result<bool> {
         if let Some(reason) = &self.poisoned {
             return Err(Error::Poisoned { reason: reason.clone() });
         }
@@ -348,6 +357,12 @@ impl Writer {
                 // The helper works while this thread waits in the fsync: a thread just started
                 // tends to run on the core of the thread that started it, only once that one blocks.
                 Some(work) => std::thread::scope(|scope| {
+                    if let Some(also) = also {
+                        // Joined at the end of the scope; if it cannot start, the hint is skipped.
+                        let _ = std::thread::Builder::new()
+                            .name("ctxlog-prepare".into())
+                            .spawn_scoped(scope, also);
+                    }
                     match std::thread::Builder::new()
                         .name("ctxlog-apply".into())
                         .spawn_scoped(scope, work)
@@ -379,13 +394,22 @@ impl Writer {
         if self.buffer.is_empty() {
             return Ok(());
         }
-        let result = self.allocate_for(self.buffer.len() as u64).and_then(|()| {
+        let mut buffer = std::mem::take(&mut self.buffer);
+        let result = self.append(&buffer);
+        buffer.clear();
+        self.buffer = buffer;
+        result
+    }
+
+    /// Appends `bytes` to the active segment, allocating ahead of them as needed; the caller moves
+    /// `active.len` past them.
+    fn append(&mut self, bytes: &[u8]) -> Result<()> {
+        let result = self.allocate_for(bytes.len() as u64).and_then(|()| {
             self.active
                 .file
-                .append(&self.buffer)
+                .append(bytes)
                 .map_err(|e| Error::io(format!("appending to segment {}", self.active.number), e))
         });
-        self.buffer.clear();
         self.dirty = true;
         result
     }
@@ -422,39 +446,49 @@ impl Writer {
         Ok(())
     }
 
-    /// Readies the active segment for the next group, when the one just answered appended
+    /// Readies the active segment for the next group, when the one just written appended
     /// `appended` bytes, at least [`ZERO_AHEAD_BELOW`] (a bulk load's): room for
     /// [`PREPARE_GROUPS_AHEAD`] such groups (at most [`PREPARE_AHEAD_MAX`] bytes) is allocated now
     /// rather than by the next append ([`Writer::allocate_for`]), and the pages they will be
     /// written into are made ready ([`StorageFile::prepare`]). The next append then copies into
     /// pages already there instead of getting each on the way: on the development VM, where new
     /// memory comes slowly from its host, a 480 KiB append took 3.5 ms cold against 0.14 ms into
-    /// prepared pages (docs/BENCHMARKS.md). Done after the answer, while the writer would wait for
-    /// the next command. A failure here changes nothing: the next append allocates, and reports,
-    /// as always.
+    /// prepared pages (docs/BENCHMARKS.md). A group applied to the index during its fsync has this
+    /// done by a second helper thread during that fsync ([`Writer::reserve_ahead`]); any other
+    /// after the answer, while the writer would wait for the next command. A failure here changes
+    /// nothing: the next append allocates, and reports, as always.
     fn prepare_ahead(&mut self, appended: u64) {
+        if let Some((from, len)) = self.reserve_ahead(appended) {
+            self.active.file.prepare(from, len);
+        }
+    }
+
+    /// The allocation of [`Writer::prepare_ahead`]; returns the range still to prepare, already
+    /// counted as prepared, for the caller to prepare itself or have prepared by another thread.
+    fn reserve_ahead(&mut self, appended: u64) -> Option<(u64, u64)> {
         if appended < ZERO_AHEAD_BELOW || self.poisoned.is_some() {
-            return;
+            return None;
         }
         let ahead = appended.saturating_mul(PREPARE_GROUPS_AHEAD).min(PREPARE_AHEAD_MAX);
         let end = self.active.len.saturating_add(ahead);
         if end > self.segment_size {
             // The next groups go to a new segment.
-            return;
+            return None;
         }
         if end > self.active.allocated {
             if let Err(e) = self.allocate_for(ahead) {
                 tracing::debug!("allocating ahead of the next group: {e}");
-                return;
+                return None;
             }
         }
         let active = &mut self.active;
         let from = active.prepared.max(active.len);
         let to = end.min(active.allocated);
-        if to > from {
-            active.file.prepare(from, to - from);
-            active.prepared = to;
+        if to <= from {
+            return None;
         }
+        active.prepared = to;
+        Some((from, to - from))
     }
 
     /// Cuts the zeros allocated past the active segment's written bytes (before it is sealed or
@@ -524,8 +558,17 @@ impl Writer {
             if !must_sync {
                 self.write_buffer()
             } else if apply_during_sync(&staged) {
+                // The space for the next groups is prepared during this fsync too, on a second
+                // helper, rather than after the answer beside the next batch's validation.
+                let ahead = if self.active.number == segment_before {
+                    self.reserve_ahead(self.active.len - len_before)
+                } else {
+                    None
+                };
+                let segment = Arc::clone(&self.active.segment);
+                let prepare = ahead.map(|(from, len)| move || segment.prepare(from, len));
                 let (shared, staged) = (Arc::clone(&self.shared), &staged);
-                self.sync_while(Some(move || apply_unpublished(&shared, staged)))
+                self.sync_while(Some(move || apply_unpublished(&shared, staged)), prepare)
                     .map(|ran| applied = ran)
             } else {
                 self.sync()
@@ -604,7 +647,13 @@ impl Writer {
             }
             set_frame_header(frame, seq, self.synced_len);
             let offset = self.active.len + self.buffer.len() as u64;
-            self.buffer.extend_from_slice(frame);
+            if self.buffer.is_empty() && frame.len() >= WRITE_STRAIGHT_MIN {
+                // A bulk batch's frame is written from where it was built, not copied first.
+                self.append(frame)?;
+                self.active.len += frame_len;
+            } else {
+                self.buffer.extend_from_slice(frame);
+            }
             batch.seq = seq;
             batch.location = Some((self.active.number, offset));
             self.next_seq += 1;
@@ -823,7 +872,14 @@ fn plan(index: &crate::index::Index, registry: &TypeRegistry, group: &Overlay, o
         batch.ids.reserve(ops.len());
     }
     let mut outcomes = Vec::with_capacity(ops.len());
-    let mut encoder = BatchEncoder::new();
+    let record_bytes = ops
+        .iter()
+        .map(|op| match op {
+            Op::Put(valid) => valid.record.len(),
+            _ => 0,
+        })
+        .sum();
+    let mut encoder = BatchEncoder::with_capacity(record_bytes);
     let mut records = Vec::new();
     for (position, op) in ops.iter().enumerate() {
         match op {
