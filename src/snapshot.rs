@@ -9,7 +9,8 @@ use sha2::Digest;
 use crate::error::{Error, Result};
 use crate::index::{record_crc_at, version_tag, Index, VersionEntry, NEVER_EXPIRES};
 use crate::item::{canonical_json, content_hash, format_hash, validate_name, validate_version, ContextItem, Scope};
-use crate::log::record::{decode_record, DecodeError, PutView, RecordView, ScopeView};
+use crate::log::record::{decode_checked_record, decode_record, DecodeError, PutView, RecordView, ScopeView};
+use crate::log::segment::Segment;
 use crate::log::writer::Op;
 use crate::query::{self, scope_visible, ContextQuery, QueryStats, ViewBounds};
 use crate::store::Shared;
@@ -188,6 +189,31 @@ enum Answer<T> {
     HashMismatch,
 }
 
+impl Answer<Located> {
+    /// Reads the item of a found answer with `read`; a record found damaged now answers
+    /// `HashMismatch`, as one found damaged under the lock does.
+    fn read<T>(self, held: &Held, read: &dyn Fn(&PutView<'_>) -> Result<T, DecodeError>) -> Result<Answer<T>> {
+        let item = |located: Located| match located.finish(held, read) {
+            Ok(item) => Ok(Ok(item)),
+            Err(ReadFailure::Damaged(_)) => Ok(Err(Answer::HashMismatch)),
+            Err(ReadFailure::Io(e)) => Err(e),
+        };
+        Ok(match self {
+            Answer::Found(located) => match item(located)? {
+                Ok(item) => Answer::Found(item),
+                Err(mismatch) => mismatch,
+            },
+            Answer::Superseded { latest } => match item(latest)? {
+                Ok(latest) => Answer::Superseded { latest },
+                Err(mismatch) => mismatch,
+            },
+            Answer::NotFound => Answer::NotFound,
+            Answer::Expired { expired_at } => Answer::Expired { expired_at },
+            Answer::HashMismatch => Answer::HashMismatch,
+        })
+    }
+}
+
 impl Answer<ContextItem> {
     fn into_resolution(self, reference: &str, id: &str, asked: Option<&str>) -> Resolution {
         match self {
@@ -246,8 +272,13 @@ impl From<ReadFailure> for Error {
     }
 }
 
-/// The bytes of the record at `version`'s location (borrowed from the map of a sealed segment).
-fn record_bytes<'a>(index: &'a Index, version: &VersionEntry) -> Result<std::borrow::Cow<'a, [u8]>, ReadFailure> {
+/// The segment holding `version`'s record, and the record's bytes (borrowed from the map of a
+/// sealed segment).
+#[allow(clippy::type_complexity)]
+fn record_bytes<'a>(
+    index: &'a Index,
+    version: &VersionEntry,
+) -> Result<(&'a Arc<Segment>, std::borrow::Cow<'a, [u8]>), ReadFailure> {
     let location = version.location;
     let Some(segment) = index.segments.get(&location.segment) else {
         return Err(ReadFailure::Damaged(Error::Corrupt {
@@ -256,12 +287,13 @@ fn record_bytes<'a>(index: &'a Index, version: &VersionEntry) -> Result<std::bor
             reason: "the segment holding this record is missing".into(),
         }));
     };
-    segment
+    let bytes = segment
         .read(u64::from(location.offset), location.len)
         .map_err(|e| match e {
             e @ Error::Corrupt { .. } => ReadFailure::Damaged(e),
             other => ReadFailure::Io(other),
-        })
+        })?;
+    Ok((segment, bytes))
 }
 
 fn damaged(index: &Index, version: &VersionEntry, reason: String) -> ReadFailure {
@@ -279,56 +311,47 @@ fn damaged(index: &Index, version: &VersionEntry, reason: String) -> ReadFailure
 /// Reads the item stored for `version`, checking the record's CRC, that it is the version the index
 /// says it is, and the content's SHA-256.
 pub(crate) fn read_item(index: &Index, version: &VersionEntry) -> Result<ContextItem, ReadFailure> {
-    read_item_in(index, version, &mut Vec::new())
+    with_record(index, version, |put| item_of(put, &mut Vec::new()))
 }
 
-/// [`read_item`], decompressing compressed content into `scratch`: a caller reading many items
-/// reuses one buffer instead of allocating one per item.
-pub(crate) fn read_item_in(
-    index: &Index,
-    version: &VersionEntry,
-    scratch: &mut Vec<u8>,
-) -> Result<ContextItem, ReadFailure> {
-    with_record(index, version, |put| {
-        let content = put.content_in(scratch)?;
-        check_content(put, content)?;
-        put.to_item_from(content)
-    })
+/// The item of a put whose record passed [`checked_put`]: its content decompressed (into
+/// `scratch`, which a caller reading many items reuses instead of allocating one buffer per item),
+/// checked against its SHA-256 and parsed.
+fn item_of(put: &PutView<'_>, scratch: &mut Vec<u8>) -> Result<ContextItem, DecodeError> {
+    let content = put.content_in(scratch)?;
+    check_content(put, content)?;
+    put.to_item_from(content)
 }
 
-/// Reads the item stored for `version` as its JSON shape, with the checks of [`read_item`] (record
-/// CRC, identity, content SHA-256), without parsing the content: the envelope is written field by
+/// The JSON shape of a put's item, without parsing its content: the envelope is written field by
 /// field and the stored canonical content spliced in (decompressed straight into the output when
-/// it is stored compressed). The bytes are exactly `serde_json::to_vec` of [`read_item`]'s item.
+/// it is stored compressed), after its SHA-256 is checked. The bytes are exactly
+/// `serde_json::to_vec` of [`item_of`]'s item.
 ///
 /// `keep` sees the item's confidence and its verified canonical content before the rest is
 /// written (the query's filters); when it says no, `Ok(None)`.
-pub(crate) fn read_item_json(
-    index: &Index,
-    version: &VersionEntry,
+fn json_of(
+    put: &PutView<'_>,
     keep: impl FnOnce(Option<f64>, &[u8]) -> Result<bool, DecodeError>,
-) -> Result<Option<RawItem>, ReadFailure> {
-    with_record(index, version, |put| {
-        let mut out = Vec::with_capacity(put.json_envelope_len() + put.content_len());
-        put.write_json_head(&mut out);
-        let start = out.len();
-        put.append_content(&mut out)?;
-        let content = out.get(start..).unwrap_or_default();
-        check_content(put, content)?;
-        if !keep(put.confidence, content)? {
-            return Ok(None);
-        }
-        put.write_json_tail(&mut out);
-        let json = String::from_utf8(out).map_err(|_| DecodeError("stored content is not UTF-8".into()))?;
-        Ok(Some(RawItem { json }))
-    })
+) -> Result<Option<RawItem>, DecodeError> {
+    let mut out = Vec::with_capacity(put.json_envelope_len() + put.content_len());
+    put.write_json_head(&mut out);
+    let start = out.len();
+    put.append_content(&mut out)?;
+    let content = out.get(start..).unwrap_or_default();
+    check_content(put, content)?;
+    if !keep(put.confidence, content)? {
+        return Ok(None);
+    }
+    put.write_json_tail(&mut out);
+    let json = String::from_utf8(out).map_err(|_| DecodeError("stored content is not UTF-8".into()))?;
+    Ok(Some(RawItem { json }))
 }
 
-/// [`read_item_json`] keeping every item: the JSON of [`read_item`]'s item.
-fn read_raw_item(index: &Index, version: &VersionEntry) -> Result<RawItem, ReadFailure> {
-    // A `keep` that always says yes always gets an item; the error is never built.
-    read_item_json(index, version, |_, _| Ok(true))?
-        .ok_or_else(|| ReadFailure::Io(Error::invalid("item", "a raw read that keeps every item kept none")))
+/// [`json_of`] keeping every item.
+fn raw_item_of(put: &PutView<'_>) -> Result<RawItem, DecodeError> {
+    // A `keep` that always says yes always gets an item.
+    json_of(put, |_, _| Ok(true))?.ok_or_else(|| DecodeError("a raw read that keeps every item kept none".into()))
 }
 
 /// Checks canonical content against the SHA-256 its record carries.
@@ -340,23 +363,30 @@ fn check_content(put: &PutView<'_>, canonical: &[u8]) -> Result<(), DecodeError>
     }
 }
 
-/// Reads the put record stored for `version`, checks its CRC and that it is the record the index
-/// points at (body CRC, id, timestamp, version tag, and the rest of the metadata the index keeps), and
-/// hands it to `read`, whose error means damage too.
+/// Reads the put record stored for `version`, checks it ([`checked_put`]) and hands it to `read`,
+/// whose error means damage too.
 fn with_record<R>(
     index: &Index,
     version: &VersionEntry,
     read: impl FnOnce(&PutView<'_>) -> Result<R, DecodeError>,
 ) -> Result<R, ReadFailure> {
-    let bytes = record_bytes(index, version)?;
-    if record_crc_at(&bytes, 0) != version.location.crc {
+    let (_, bytes) = record_bytes(index, version)?;
+    let put = checked_put(index, version, &bytes)?;
+    read(&put).map_err(|e| damaged(index, version, e.0))
+}
+
+/// Decodes the record `bytes` read at `version`'s location, checking its CRC and that it is the put
+/// the index points at (body CRC, id, timestamp, version tag, and the rest of the metadata the index
+/// keeps).
+fn checked_put<'b>(index: &Index, version: &VersionEntry, bytes: &'b [u8]) -> Result<PutView<'b>, ReadFailure> {
+    if record_crc_at(bytes, 0) != version.location.crc {
         return Err(damaged(
             index,
             version,
             "the record there is not the one the index points at (its CRC differs)".into(),
         ));
     }
-    let record = decode_record(&bytes).map_err(|e| damaged(index, version, e.0))?;
+    let record = decode_record(bytes).map_err(|e| damaged(index, version, e.0))?;
     let RecordView::Put(put) = record else {
         return Err(damaged(
             index,
@@ -381,12 +411,104 @@ fn with_record<R>(
             "the stored record is another put of this version (its metadata differs from the index)".into(),
         ));
     }
-    read(&put).map_err(|e| damaged(index, version, e.0))
+    Ok(put)
+}
+
+/// The segments the records of one read lie in, each held once. Holding a segment keeps its
+/// records readable after the index lock is released, whatever compaction or the writer does
+/// meanwhile: a mapping stays on its file when compaction renames a new one over it, and the bytes
+/// below a segment's published length never change (see `storage::file`).
+#[derive(Default)]
+struct Held {
+    segments: Vec<Arc<Segment>>,
+}
+
+impl Held {
+    /// The position of `segment` among the held ones, holding it if it is new. A read's records
+    /// mostly come from one segment or a few, in runs: the last one held is looked at first.
+    fn hold(&mut self, segment: &Arc<Segment>) -> usize {
+        if let Some(at) = self.segments.iter().rposition(|held| Arc::ptr_eq(held, segment)) {
+            return at;
+        }
+        self.segments.push(Arc::clone(segment));
+        self.segments.len() - 1
+    }
+}
+
+/// A put record found and checked ([`checked_put`]) under the index lock. What a read does with it
+/// next (decompressing and hashing the content, parsing it or writing the item's JSON) needs no
+/// lock: [`Located::finish`] does it after the lock is released, so that long reads do not hold
+/// back the writer's publication.
+struct Located {
+    /// The record's segment, in the read's [`Held`].
+    segment: usize,
+    offset: u32,
+    len: u32,
+    /// The record's bytes when they were copied out of the segment (an unmapped part of the active
+    /// segment): kept, rather than read a second time.
+    copied: Option<Vec<u8>>,
+    confidence: Option<f64>,
+}
+
+impl Located {
+    /// Finds `version`'s record and checks it against the index, holding its segment in `held`.
+    fn find(index: &Index, version: &VersionEntry, held: &mut Held) -> Result<Located, ReadFailure> {
+        let location = version.location;
+        let (segment, bytes) = record_bytes(index, version)?;
+        let confidence = checked_put(index, version, &bytes)?.confidence;
+        let copied = match bytes {
+            std::borrow::Cow::Borrowed(_) => None,
+            std::borrow::Cow::Owned(bytes) => Some(bytes),
+        };
+        Ok(Located {
+            segment: held.hold(segment),
+            offset: location.offset,
+            len: location.len,
+            copied,
+            confidence,
+        })
+    }
+
+    /// Decodes the record again (its bytes are those [`Located::find`] checked, CRC included) and
+    /// hands it to `read`, whose error means damage.
+    fn finish<R>(
+        &self,
+        held: &Held,
+        read: impl FnOnce(&PutView<'_>) -> Result<R, DecodeError>,
+    ) -> Result<R, ReadFailure> {
+        let Some(segment) = held.segments.get(self.segment) else {
+            return Err(ReadFailure::Io(Error::invalid(
+                "read",
+                "a located record's segment is not held",
+            )));
+        };
+        let damaged = |reason: String| {
+            ReadFailure::Damaged(Error::Corrupt {
+                file: segment.path.clone(),
+                offset: u64::from(self.offset),
+                reason,
+            })
+        };
+        let read_again;
+        let bytes: &[u8] = if let Some(bytes) = &self.copied {
+            bytes
+        } else {
+            read_again = segment.read(u64::from(self.offset), self.len).map_err(|e| match e {
+                e @ Error::Corrupt { .. } => ReadFailure::Damaged(e),
+                other => ReadFailure::Io(other),
+            })?;
+            &read_again
+        };
+        let RecordView::Put(put) = decode_checked_record(bytes).map_err(|e| damaged(e.0))? else {
+            return Err(damaged("the index points at a record that is not an item".into()));
+        };
+        read(&put).map_err(|e| damaged(e.0))
+    }
 }
 
 /// The version string and content hash of a stored or retired version, from its record.
 pub(crate) fn read_identity(index: &Index, version: &VersionEntry) -> Result<(String, [u8; 32]), ReadFailure> {
-    let bytes = record_bytes(index, version)?;
+    let (_, bytes) = record_bytes(index, version)?;
     if record_crc_at(&bytes, 0) != version.location.crc {
         return Err(damaged(
             index,
@@ -449,8 +571,10 @@ fn same_metadata(index: &Index, version: &VersionEntry, put: &PutView<'_>) -> bo
             .is_some_and(|source| **source == *put.source)
 }
 
-/// Reads one version's record into some form of item (parsed, raw JSON, filtered).
-type Fetch<'f, T> = dyn Fn(&Index, &VersionEntry) -> Result<T, ReadFailure> + 'f;
+/// A resolve of at most this many references reads its items under the index lock (a few
+/// microseconds each): for so few, finding the records first and reading them after the lock costs
+/// more than the lock's hold.
+const READ_UNDER_LOCK: usize = 8;
 
 /// Keeps compaction from reclaiming what a live snapshot handle sees, until the last clone drops.
 struct Registration {
@@ -727,10 +851,9 @@ impl Snapshot {
     /// As [`Snapshot::get`].
     pub fn get_with_stats(&self, query: &ContextQuery) -> Result<(Vec<ContextItem>, QueryStats)> {
         let scratch = std::cell::RefCell::new(Vec::new());
-        self.run_query(query, &|index, version| {
-            let item = read_item_in(index, version, &mut scratch.borrow_mut())?;
-            let keep = query::confidence_passes(query, item.confidence) && query::content_passes(query, &item.content);
-            Ok(keep.then_some(item))
+        self.run_query(query, &|put| {
+            let item = item_of(put, &mut scratch.borrow_mut())?;
+            Ok(query::content_passes(query, &item.content).then_some(item))
         })
     }
 
@@ -742,11 +865,8 @@ impl Snapshot {
     /// As [`Snapshot::get`].
     pub fn get_raw(&self, query: &ContextQuery) -> Result<Vec<RawItem>> {
         let filters_content = query::filters_content(query);
-        let (items, _) = self.run_query(query, &|index, version| {
-            read_item_json(index, version, |confidence, content| {
-                if !query::confidence_passes(query, confidence) {
-                    return Ok(false);
-                }
+        let (items, _) = self.run_query(query, &|put| {
+            json_of(put, |_, content| {
                 if !filters_content {
                     return Ok(true);
                 }
@@ -758,8 +878,16 @@ impl Snapshot {
         Ok(items)
     }
 
-    /// Runs `query` at this view's bounds, reading each candidate with `fetch` (`None`: filtered out).
-    fn run_query<T>(&self, query: &ContextQuery, fetch: &Fetch<'_, Option<T>>) -> Result<(Vec<T>, QueryStats)> {
+    /// Runs `query` at this view's bounds. Under the index lock it walks the index and finds and
+    /// checks each candidate's record, filtering on confidence, which the record's header holds;
+    /// after releasing the lock it turns each into an item with `finish`, which also applies the
+    /// content filter (`None`: filtered out). A query with both a limit and a content filter reads
+    /// its items under the lock: which candidates fill the limit is known only once they are read.
+    fn run_query<T>(
+        &self,
+        query: &ContextQuery,
+        finish: &dyn Fn(&PutView<'_>) -> Result<Option<T>, DecodeError>,
+    ) -> Result<(Vec<T>, QueryStats)> {
         let index = self.shared.read_index_for_caller();
         let (seq, now) = self.at(&index);
         let bounds = ViewBounds {
@@ -767,10 +895,36 @@ impl Snapshot {
             now,
             session: self.session.as_deref(),
         };
-        let fetch = |version: &VersionEntry| fetch(&index, version).map_err(Error::from);
-        let result = query::run(&index, query, &bounds, &fetch)?;
-        self.shared.count_query(result.1.examined);
-        Ok(result)
+        if query.limit.is_some() && query::filters_content(query) {
+            let fetch = |version: &VersionEntry| {
+                with_record(&index, version, |put| {
+                    if query::confidence_passes(query, put.confidence) {
+                        finish(put)
+                    } else {
+                        Ok(None)
+                    }
+                })
+                .map_err(Error::from)
+            };
+            let result = query::run(&index, query, &bounds, &fetch)?;
+            self.shared.count_query(result.1.examined);
+            return Ok(result);
+        }
+        let held = std::cell::RefCell::new(Held::default());
+        let fetch = |version: &VersionEntry| -> Result<Option<Located>> {
+            let located = Located::find(&index, version, &mut held.borrow_mut())?;
+            Ok(query::confidence_passes(query, located.confidence).then_some(located))
+        };
+        let (found, mut stats) = query::run(&index, query, &bounds, &fetch)?;
+        drop(index);
+        self.shared.count_query(stats.examined);
+        let held = held.into_inner();
+        let mut items = Vec::with_capacity(found.len());
+        for located in found {
+            items.extend(located.finish(&held, finish)?);
+        }
+        stats.returned = items.len() as u64;
+        Ok((items, stats))
     }
 
     /// Resolves each reference (`id` or `id@version`), one [`Resolution`] per reference, in order.
@@ -784,8 +938,11 @@ impl Snapshot {
         R: AsRef<str>,
     {
         let scratch = std::cell::RefCell::new(Vec::new());
-        let read = |index: &Index, version: &VersionEntry| read_item_in(index, version, &mut scratch.borrow_mut());
-        self.resolve_each(refs, &read, Answer::into_resolution)
+        self.resolve_each(
+            refs,
+            &|put| item_of(put, &mut scratch.borrow_mut()),
+            Answer::into_resolution,
+        )
     }
 
     /// Resolves each reference as [`Snapshot::resolve`] does, with the same answer for each, but
@@ -798,15 +955,18 @@ impl Snapshot {
         I: IntoIterator<Item = R>,
         R: AsRef<str>,
     {
-        self.resolve_each(refs, &read_raw_item, Answer::into_raw_resolution)
+        self.resolve_each(refs, &raw_item_of, Answer::into_raw_resolution)
     }
 
-    /// Parses every reference, then answers each under one hold of the index lock, reading items
-    /// with `read` and turning each answer into the caller's form with `answer`.
+    /// Parses every reference, then answers each under one hold of the index lock, and reads the
+    /// items with `read` and turns each answer into the caller's form with `answer`. Up to
+    /// [`READ_UNDER_LOCK`] references read their items under the lock too; more only find and check
+    /// their records under it and read the items after releasing it, so that a long resolve does not
+    /// hold back the writer's publication.
     fn resolve_each<I, R, T, O>(
         &self,
         refs: I,
-        read: &Fetch<'_, T>,
+        read: &dyn Fn(&PutView<'_>) -> Result<T, DecodeError>,
         answer: impl Fn(Answer<T>, &str, &str, Option<&str>) -> O,
     ) -> Result<Vec<O>>
     where
@@ -820,24 +980,44 @@ impl Snapshot {
         }
         let index = self.shared.read_index_for_caller();
         let at = self.at(&index);
-        parsed
+        if refs.len() <= READ_UNDER_LOCK {
+            let mut read = |entry: &VersionEntry| with_record(&index, entry, read);
+            return parsed
+                .into_iter()
+                .zip(&refs)
+                .map(|((id, version), reference)| {
+                    let found = self.resolve_one(&index, at, id, version, &mut read)?;
+                    Ok(answer(found, reference.as_ref(), id, version))
+                })
+                .collect();
+        }
+        let mut held = Held::default();
+        let mut find = |entry: &VersionEntry| Located::find(&index, entry, &mut held);
+        let found = parsed
+            .iter()
+            .map(|(id, version)| self.resolve_one(&index, at, id, *version, &mut find))
+            .collect::<Result<Vec<_>>>()?;
+        drop(index);
+        found
             .into_iter()
+            .zip(parsed)
             .zip(&refs)
-            .map(|((id, version), reference)| {
-                let found = self.resolve_one(&index, at, id, version, read)?;
-                Ok(answer(found, reference.as_ref(), id, version))
+            .map(|((found, (id, version)), reference)| {
+                Ok(answer(found.read(&held, read)?, reference.as_ref(), id, version))
             })
             .collect()
     }
 
-    fn resolve_one<T>(
+    /// The answer for one reference, its record read with `read` (an item, or a record found and
+    /// checked to be read later).
+    fn resolve_one<X>(
         &self,
         index: &Index,
         (seq, now): (u64, i64),
         id: &str,
         version: Option<&str>,
-        read: &Fetch<'_, T>,
-    ) -> Result<Answer<T>> {
+        read: &mut dyn FnMut(&VersionEntry) -> Result<X, ReadFailure>,
+    ) -> Result<Answer<X>> {
         let not_found = || Ok(Answer::NotFound);
         let Some(visible) = index.visible(id, seq) else {
             return not_found();
@@ -859,7 +1039,7 @@ impl Snapshot {
                 expired_at: index.expires_at(latest),
             });
         }
-        let read = |entry: &VersionEntry| match read(index, entry) {
+        let mut read = |entry: &VersionEntry| match read(entry) {
             Ok(item) => Ok(Ok(item)),
             Err(ReadFailure::Damaged(_)) => Ok(Err(Answer::HashMismatch)),
             Err(ReadFailure::Io(e)) => Err(e),

@@ -792,10 +792,19 @@ fn bit_rot_under_an_open_store_is_reported_never_returned() {
                 .find(|(range, _)| range.contains(&at))
                 .map(|(_, id)| id.clone());
             let ids: Vec<&str> = written.iter().map(|item| item.id.as_str()).collect();
-            let resolutions = store
-                .resolve(&ids)
-                .unwrap_or_else(|e| panic!("{context}: resolve failed: {e}"));
-            for (item, resolution) in written.iter().zip(resolutions) {
+            // A short resolve reads its records under the index lock; a longer one (each id twice,
+            // more than eight references) checks them under it and reads them after: both ways
+            // must tell the damage.
+            let resolutions: Vec<Resolution> = [ids.clone(), ids.repeat(2)]
+                .iter()
+                .flat_map(|refs| {
+                    store
+                        .resolve(refs)
+                        .unwrap_or_else(|e| panic!("{context}: resolve failed: {e}"))
+                })
+                .collect();
+            assert_eq!(resolutions.len(), 3 * written.len());
+            for (item, resolution) in written.iter().cycle().zip(resolutions) {
                 match resolution {
                     Resolution::HashMismatch { id } if Some(&item.id) == affected.as_ref() => {
                         assert_eq!(id, item.id, "{context}: HashMismatch names another id");

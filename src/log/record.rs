@@ -733,6 +733,21 @@ pub(crate) fn decode_record(bytes: &[u8]) -> Result<RecordView<'_>, DecodeError>
     decode_body(tag, body)
 }
 
+/// [`decode_record`] without the body's CRC, for bytes whose CRC a [`decode_record`] of the same
+/// unchanging bytes (a mapped segment's, or a copy) already checked: a read that checks a record
+/// under the index lock and decodes it again after.
+pub(crate) fn decode_checked_record(bytes: &[u8]) -> Result<RecordView<'_>, DecodeError> {
+    let mut cursor = Cursor::new(bytes);
+    let tag = cursor.u8("record tag")?;
+    let body_len = usize::try_from(cursor.u32("record length")?).unwrap_or(usize::MAX);
+    cursor.u32("record crc")?;
+    let body = cursor.take(body_len, "record body")?;
+    if !cursor.is_empty() {
+        return Err(bad("record length does not match its location"));
+    }
+    decode_body(tag, body)
+}
+
 fn decode_body(tag: u8, body: &[u8]) -> Result<RecordView<'_>, DecodeError> {
     let mut c = Cursor::new(body);
     let record = match tag {
