@@ -15,21 +15,6 @@ use std::time::{Duration, Instant};
 #[path = "../benches/w1/mod.rs"]
 mod w1;
 
-/// The latency at quantile `q` of `sorted`, in milliseconds.
-fn quantile_ms(sorted: &[f64], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    // An index into a non-empty slice: the rounding cannot go past its end.
-    #[allow(
-        clippy::cast_possible_truncation,
-        clippy::cast_sign_loss,
-        clippy::cast_precision_loss
-    )]
-    let at = ((sorted.len() - 1) as f64 * q).round() as usize;
-    sorted.get(at).copied().unwrap_or(0.0) * 1e3
-}
-
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let threads: u64 = args.next().map_or(Ok(8), |a| a.parse())?;
@@ -40,12 +25,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .next()
         .map_or_else(|| temp.path().to_path_buf(), std::path::PathBuf::from);
     let store = Arc::new(w1::open_durable(&dir)?);
-    let mut next = 0;
-    while next < n {
-        let end = n.min(next + 1000);
-        store.add((next..end).map(w1::item))?;
-        next = end;
-    }
+    w1::load(&store, n)?;
     // A checkpoint of the load first, so that the one measured is not the maintenance thread's.
     ctxlog::bench::checkpoint(&store)?;
 
@@ -56,7 +36,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(|t| {
             let (store, stop, start_line) = (Arc::clone(&store), Arc::clone(&stop), Arc::clone(&start_line));
             // Far apart id ranges: no thread runs into another's.
-            let first = next + (t + 1) * 10_000_000;
+            let first = n + (t + 1) * 10_000_000;
             std::thread::spawn(move || -> Result<Vec<(f64, f64)>, ctxlog::Error> {
                 let mut done = Vec::new();
                 start_line.wait();
@@ -106,9 +86,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!(
             "{label:>6}: {:>6} adds, p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms, max {:.2} ms",
             lat.len(),
-            quantile_ms(&lat, 0.5),
-            quantile_ms(&lat, 0.99),
-            quantile_ms(&lat, 0.999),
+            w1::quantile_ms(&lat, 0.5),
+            w1::quantile_ms(&lat, 0.99),
+            w1::quantile_ms(&lat, 0.999),
             lat.last().copied().unwrap_or(0.0) * 1e3
         );
     }

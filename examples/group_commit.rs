@@ -25,12 +25,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let dir = tempfile::tempdir()?;
     let store = Arc::new(w1::open_durable(dir.path())?);
-    let mut next = 0;
-    while next < n {
-        let end = n.min(next + 1000);
-        store.add((next..end).map(w1::item))?;
-        next = end;
-    }
+    w1::load(&store, n)?;
+    let mut next = n;
 
     // One thread: the rate over the wall time of the adds alone.
     let items: Vec<ContextItem> = (next..next + ops).map(w1::item).collect();

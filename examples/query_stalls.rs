@@ -16,21 +16,6 @@ use ctxlog::{ContextQuery, Store, TimeRange};
 #[path = "../benches/w1/mod.rs"]
 mod w1;
 
-/// The latency at quantile `q` of `sorted`, in milliseconds.
-fn quantile_ms(sorted: &[f64], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    // An index into a non-empty slice: the rounding cannot go past its end.
-    #[allow(
-        clippy::cast_possible_truncation,
-        clippy::cast_sign_loss,
-        clippy::cast_precision_loss
-    )]
-    let at = ((sorted.len() - 1) as f64 * q).round() as usize;
-    sorted.get(at).copied().unwrap_or(0.0) * 1e3
-}
-
 /// P4's query `q` over the first `n` items: a type and a window of ~1,000 of its items.
 fn window(q: u64, n: u64) -> ctxlog::Result<ContextQuery> {
     let (kind, share) = w1::TYPES[usize::try_from(q % 7).unwrap_or(0)];
@@ -84,9 +69,9 @@ fn report(label: &str, lat: &[f64], seconds: f64) {
         "{label:>13}: {:>6} adds ({:>6.0}/s), p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms, max {:.2} ms",
         lat.len(),
         f64::from(u32::try_from(lat.len()).unwrap_or(u32::MAX)) / seconds,
-        quantile_ms(lat, 0.5),
-        quantile_ms(lat, 0.99),
-        quantile_ms(lat, 0.999),
+        w1::quantile_ms(lat, 0.5),
+        w1::quantile_ms(lat, 0.99),
+        w1::quantile_ms(lat, 0.999),
         lat.last().copied().unwrap_or(0.0) * 1e3
     );
 }
@@ -103,12 +88,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let seconds: f64 = args.next().map_or(Ok(2.0), |a| a.parse())?;
     let temp = tempfile::tempdir()?;
     let store = Arc::new(w1::open_durable(temp.path())?);
-    let mut next = 0;
-    while next < n {
-        let end = n.min(next + 1000);
-        store.add((next..end).map(w1::item))?;
-        next = end;
-    }
+    w1::load(&store, n)?;
     ctxlog::bench::checkpoint(&store)?;
 
     let (alone, next) = adds(&store, writers, n + 10_000_000, seconds)?;
@@ -170,8 +150,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "{:>13}: {:>6} queries, {item_rate:.0} items/s, p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
         "reads",
         queries.len(),
-        quantile_ms(&queries, 0.5),
-        quantile_ms(&queries, 0.99),
+        w1::quantile_ms(&queries, 0.5),
+        w1::quantile_ms(&queries, 0.99),
         queries.last().copied().unwrap_or(0.0) * 1e3
     );
     Ok(())

@@ -103,3 +103,29 @@ pub fn open_durable(dir: &std::path::Path) -> ctxlog::Result<ctxlog::Store> {
         .auto_compact(false)
         .open(dir)
 }
+
+/// Loads items `0..n` into `store` in durable batches of 1,000 (as P1 does).
+pub fn load(store: &ctxlog::Store, n: u64) -> ctxlog::Result<()> {
+    let mut next = 0;
+    while next < n {
+        let end = n.min(next + 1000);
+        store.add((next..end).map(item))?;
+        next = end;
+    }
+    Ok(())
+}
+
+/// The latency at quantile `q` of `sorted` (seconds), in milliseconds.
+pub fn quantile_ms(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    // An index into a non-empty slice: the rounding cannot go past its end.
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        clippy::cast_precision_loss
+    )]
+    let at = ((sorted.len() - 1) as f64 * q).round() as usize;
+    sorted.get(at).copied().unwrap_or(0.0) * 1e3
+}
