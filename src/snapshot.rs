@@ -193,20 +193,12 @@ impl Answer<Located> {
     /// Reads the item of a found answer with `read`; a record found damaged now answers
     /// `HashMismatch`, as one found damaged under the lock does.
     fn read<T>(self, held: &Held, read: &dyn Fn(&PutView<'_>) -> Result<T, DecodeError>) -> Result<Answer<T>> {
-        let item = |located: Located| match located.finish(held, read) {
-            Ok(item) => Ok(Ok(item)),
-            Err(ReadFailure::Damaged(_)) => Ok(Err(Answer::HashMismatch)),
-            Err(ReadFailure::Io(e)) => Err(e),
-        };
+        let item = |located: Located| ReadFailure::or_mismatch(located.finish(held, read));
         Ok(match self {
-            Answer::Found(located) => match item(located)? {
-                Ok(item) => Answer::Found(item),
-                Err(mismatch) => mismatch,
-            },
-            Answer::Superseded { latest } => match item(latest)? {
-                Ok(latest) => Answer::Superseded { latest },
-                Err(mismatch) => mismatch,
-            },
+            Answer::Found(located) => item(located)?.map_or_else(|mismatch| mismatch, Answer::Found),
+            Answer::Superseded { latest } => {
+                item(latest)?.map_or_else(|mismatch| mismatch, |latest| Answer::Superseded { latest })
+            }
             Answer::NotFound => Answer::NotFound,
             Answer::Expired { expired_at } => Answer::Expired { expired_at },
             Answer::HashMismatch => Answer::HashMismatch,
@@ -264,6 +256,25 @@ pub(crate) enum ReadFailure {
     Io(Error),
 }
 
+impl ReadFailure {
+    /// A failed segment read: damage when the segment says its bytes are wrong, I/O otherwise.
+    fn of_segment_read(e: Error) -> ReadFailure {
+        match e {
+            e @ Error::Corrupt { .. } => ReadFailure::Damaged(e),
+            other => ReadFailure::Io(other),
+        }
+    }
+
+    /// A read's outcome as a resolve answers it: damage is `HashMismatch`, I/O fails the resolve.
+    fn or_mismatch<X, T>(read: Result<X, ReadFailure>) -> Result<Result<X, Answer<T>>> {
+        match read {
+            Ok(x) => Ok(Ok(x)),
+            Err(ReadFailure::Damaged(_)) => Ok(Err(Answer::HashMismatch)),
+            Err(ReadFailure::Io(e)) => Err(e),
+        }
+    }
+}
+
 impl From<ReadFailure> for Error {
     fn from(failure: ReadFailure) -> Error {
         match failure {
@@ -274,7 +285,6 @@ impl From<ReadFailure> for Error {
 
 /// The segment holding `version`'s record, and the record's bytes (borrowed from the map of a
 /// sealed segment).
-#[allow(clippy::type_complexity)]
 fn record_bytes<'a>(
     index: &'a Index,
     version: &VersionEntry,
@@ -289,10 +299,7 @@ fn record_bytes<'a>(
     };
     let bytes = segment
         .read(u64::from(location.offset), location.len)
-        .map_err(|e| match e {
-            e @ Error::Corrupt { .. } => ReadFailure::Damaged(e),
-            other => ReadFailure::Io(other),
-        })?;
+        .map_err(ReadFailure::of_segment_read)?;
     Ok((segment, bytes))
 }
 
@@ -493,10 +500,9 @@ impl Located {
         let bytes: &[u8] = if let Some(bytes) = &self.copied {
             bytes
         } else {
-            read_again = segment.read(u64::from(self.offset), self.len).map_err(|e| match e {
-                e @ Error::Corrupt { .. } => ReadFailure::Damaged(e),
-                other => ReadFailure::Io(other),
-            })?;
+            read_again = segment
+                .read(u64::from(self.offset), self.len)
+                .map_err(ReadFailure::of_segment_read)?;
             &read_again
         };
         let RecordView::Put(put) = decode_checked_record(bytes).map_err(|e| damaged(e.0))? else {
@@ -1039,11 +1045,7 @@ impl Snapshot {
                 expired_at: index.expires_at(latest),
             });
         }
-        let mut read = |entry: &VersionEntry| match read(entry) {
-            Ok(item) => Ok(Ok(item)),
-            Err(ReadFailure::Damaged(_)) => Ok(Err(Answer::HashMismatch)),
-            Err(ReadFailure::Io(e)) => Err(e),
-        };
+        let mut read = |entry: &VersionEntry| ReadFailure::or_mismatch(read(entry));
         let Some(asked) = version else {
             return Ok(read(latest)?.map_or_else(|mismatch| mismatch, Answer::Found));
         };

@@ -701,10 +701,7 @@ pub(crate) fn decode_batch(payload: &[u8]) -> Result<Vec<(usize, usize, RecordVi
     let mut records = Vec::with_capacity(usize::try_from(count).unwrap_or(0));
     for _ in 0..count {
         let start = cursor.position();
-        let tag = cursor.u8("record tag")?;
-        let body_len = usize::try_from(cursor.u32("record length")?).unwrap_or(usize::MAX);
-        let crc = cursor.u32("record crc")?;
-        let body = cursor.take(body_len, "record body")?;
+        let (tag, crc, body) = next_record(&mut cursor)?;
         if crc32fast::hash(body) != crc {
             return Err(bad("record CRC mismatch"));
         }
@@ -717,31 +714,33 @@ pub(crate) fn decode_batch(payload: &[u8]) -> Result<Vec<(usize, usize, RecordVi
     Ok(records)
 }
 
-/// Decodes one record (header and body) stored at a known location, checking its CRC.
-pub(crate) fn decode_record(bytes: &[u8]) -> Result<RecordView<'_>, DecodeError> {
-    let mut cursor = Cursor::new(bytes);
+/// The next record's header at `cursor` (tag and stored body CRC) and its body, not yet checked.
+fn next_record<'a>(cursor: &mut Cursor<'a>) -> Result<(u8, u32, &'a [u8]), DecodeError> {
     let tag = cursor.u8("record tag")?;
     let body_len = usize::try_from(cursor.u32("record length")?).unwrap_or(usize::MAX);
     let crc = cursor.u32("record crc")?;
     let body = cursor.take(body_len, "record body")?;
-    if crc32fast::hash(body) != crc {
-        return Err(bad("record CRC mismatch"));
-    }
-    if !cursor.is_empty() {
-        return Err(bad("record length does not match its location"));
-    }
-    decode_body(tag, body)
+    Ok((tag, crc, body))
+}
+
+/// Decodes one record (header and body) stored at a known location, checking its CRC.
+pub(crate) fn decode_record(bytes: &[u8]) -> Result<RecordView<'_>, DecodeError> {
+    decode_record_at_location(bytes, true)
 }
 
 /// [`decode_record`] without the body's CRC, for bytes whose CRC a [`decode_record`] of the same
 /// unchanging bytes (a mapped segment's, or a copy) already checked: a read that checks a record
 /// under the index lock and decodes it again after.
 pub(crate) fn decode_checked_record(bytes: &[u8]) -> Result<RecordView<'_>, DecodeError> {
+    decode_record_at_location(bytes, false)
+}
+
+fn decode_record_at_location(bytes: &[u8], check_crc: bool) -> Result<RecordView<'_>, DecodeError> {
     let mut cursor = Cursor::new(bytes);
-    let tag = cursor.u8("record tag")?;
-    let body_len = usize::try_from(cursor.u32("record length")?).unwrap_or(usize::MAX);
-    cursor.u32("record crc")?;
-    let body = cursor.take(body_len, "record body")?;
+    let (tag, crc, body) = next_record(&mut cursor)?;
+    if check_crc && crc32fast::hash(body) != crc {
+        return Err(bad("record CRC mismatch"));
+    }
     if !cursor.is_empty() {
         return Err(bad("record length does not match its location"));
     }
