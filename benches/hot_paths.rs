@@ -142,8 +142,9 @@ fn read_path(c: &mut Criterion) {
 }
 
 fn internals(c: &mut Criterion) {
-    // One 1,000-item W1 batch, validated and encoded once, as the adding threads encode it.
-    let records = PutRecords::encode((0..1000).map(item)).expect("valid W1 items");
+    // One 1,000-item W1 batch, validated and encoded once, as the adding threads encode it (content
+    // uncompressed, the default).
+    let records = PutRecords::encode((0..1000).map(item), false).expect("valid W1 items");
     let frame = records.frame(1).expect("frame");
     let mut group = c.benchmark_group("frame");
     group.throughput(Throughput::Elements(records.len() as u64));

@@ -22,23 +22,24 @@ pub fn checkpoint(store: &Store) -> Result<u64> {
 }
 
 /// Put records of items, encoded as the adding threads encode them: validated, hashed, content
-/// canonical and compressed when that pays.
+/// canonical, and compressed when asked and that pays.
 pub struct PutRecords {
     records: Vec<Vec<u8>>,
 }
 
 impl PutRecords {
-    /// Validates and encodes `items` (of the built-in types).
+    /// Validates and encodes `items` (of the built-in types), their content compressed if
+    /// `compress` (as `Options::compress_content`).
     ///
     /// # Errors
     /// The first item that fails validation, as `Store::add` would refuse it.
-    pub fn encode(items: impl IntoIterator<Item = ContextItem>) -> Result<PutRecords> {
+    pub fn encode(items: impl IntoIterator<Item = ContextItem>, compress: bool) -> Result<PutRecords> {
         let registry = TypeRegistry::default();
         let records = items
             .into_iter()
             .enumerate()
             .map(|(position, item)| {
-                validate_item(item, &registry, CONTENT_BYTES_DEFAULT)
+                validate_item(item, &registry, CONTENT_BYTES_DEFAULT, compress)
                     .map(|valid| valid.record)
                     .map_err(|e| e.at(position))
             })
@@ -150,7 +151,7 @@ mod tests {
 
     #[test]
     fn a_frame_of_records_decodes_back_and_inserts_every_put() {
-        let records = PutRecords::encode(items(300)).expect("valid items");
+        let records = PutRecords::encode(items(300), true).expect("valid items");
         assert_eq!(records.len(), 300);
         let frame = records.frame(7).expect("frame");
         // The sync mark, then the 300 puts.
@@ -166,7 +167,7 @@ mod tests {
         assert!(IndexInput::decode(&damaged).is_err());
         let mut bad = items(2);
         bad[1].timestamp = -1;
-        let refused = PutRecords::encode(bad).err().expect("a bad timestamp");
+        let refused = PutRecords::encode(bad, false).err().expect("a bad timestamp");
         assert!(refused.to_string().contains("item 1"), "{refused}");
     }
 }

@@ -990,7 +990,12 @@ pub(crate) struct ValidItem {
 /// [`Error::Invalid`] naming the field at fault, [`Error::UnknownType`], [`Error::TooLarge`] with
 /// `what` = `"content"` when the canonical content exceeds `max_content_bytes`, or
 /// [`Error::HashMismatch`] when a well-formed declared hash does not match the content.
-pub(crate) fn validate_item(item: ContextItem, registry: &TypeRegistry, max_content_bytes: usize) -> Result<ValidItem> {
+pub(crate) fn validate_item(
+    item: ContextItem,
+    registry: &TypeRegistry,
+    max_content_bytes: usize,
+    compress: bool,
+) -> Result<ValidItem> {
     validate_name("id", &item.id)?;
     registry.check_item(&item.kind, &item.id)?;
     validate_source(&item.source)?;
@@ -1054,6 +1059,7 @@ pub(crate) fn validate_item(item: ContextItem, registry: &TypeRegistry, max_cont
         confidence: item.confidence,
         hash: &hash,
         content: &canonical,
+        compress,
     });
     Ok(ValidItem { item, hash, record })
 }
@@ -1076,7 +1082,7 @@ mod tests {
     }
 
     fn validate(item: ContextItem) -> Result<ValidItem> {
-        validate_item(item, &TypeRegistry::default(), limits::CONTENT_BYTES_DEFAULT)
+        validate_item(item, &TypeRegistry::default(), limits::CONTENT_BYTES_DEFAULT, true)
     }
 
     fn invalid_field(result: Result<impl std::fmt::Debug>) -> String {
@@ -1200,6 +1206,41 @@ mod tests {
     }
 
     #[test]
+    fn long_content_is_compressed_only_when_asked() {
+        let text = "repeating words, ".repeat(20);
+        let mut long = item();
+        long.content = json!({ "text": text });
+        let canonical = crate::canonical_json(&long.content);
+        let plain = validate_item(
+            long.clone(),
+            &TypeRegistry::default(),
+            limits::CONTENT_BYTES_DEFAULT,
+            false,
+        )
+        .expect("valid");
+        let packed = validate_item(long, &TypeRegistry::default(), limits::CONTENT_BYTES_DEFAULT, true).expect("valid");
+        assert!(plain.record.windows(canonical.len()).any(|w| w == canonical));
+        assert!(!packed.record.windows(canonical.len()).any(|w| w == canonical));
+        assert!(
+            packed.record.len() < plain.record.len() / 2,
+            "{} bytes",
+            packed.record.len()
+        );
+        assert_eq!(plain.hash, packed.hash);
+        // Either record decodes to the same canonical content.
+        for record in [&plain.record, &packed.record] {
+            match crate::log::record::decode_record(record) {
+                Ok(crate::log::record::RecordView::Put(put)) => {
+                    let mut out = Vec::new();
+                    put.append_content(&mut out).expect("content");
+                    assert_eq!(out, canonical);
+                }
+                _ => panic!("not a put record"),
+            }
+        }
+    }
+
+    #[test]
     fn id_validated_in_items() {
         let mut it = item();
         it.id = "a".repeat(129);
@@ -1270,8 +1311,8 @@ mod tests {
     fn content_size_limit() {
         let it = item(); // canonical {"text":"hello"} is 16 bytes
         let reg = TypeRegistry::default();
-        assert!(validate_item(it.clone(), &reg, 16).is_ok());
-        match validate_item(it, &reg, 15) {
+        assert!(validate_item(it.clone(), &reg, 16, true).is_ok());
+        match validate_item(it, &reg, 15, true) {
             Err(Error::TooLarge {
                 what,
                 len: 16,
@@ -1805,8 +1846,8 @@ mod tests {
         }
         let mut it = item();
         it.kind = "legal_clause".into();
-        assert_eq!(invalid_field(validate_item(it.clone(), &reg, 1000)), "id");
+        assert_eq!(invalid_field(validate_item(it.clone(), &reg, 1000, true)), "id");
         it.id = "cl_1".into();
-        assert!(validate_item(it, &reg, 1000).is_ok());
+        assert!(validate_item(it, &reg, 1000, true).is_ok());
     }
 }

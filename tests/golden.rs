@@ -48,8 +48,10 @@ fn golden_items() -> Vec<ContextItem> {
 
 /// Writes the fixed batches: a type registration, two items, then a delete of a third item.
 fn write_golden(dir: &Path) -> Store {
+    // Compression on, so that the fixtures pin both forms of stored content.
     let store = Options::new()
         .durability(Durability::Immediate)
+        .compress_content(true)
         .clock(Arc::new(ManualClock::new(1_715_335_300)))
         .open(dir)
         .expect("open");

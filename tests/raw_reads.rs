@@ -15,10 +15,13 @@ use ctxlog::*;
 use proptest::prelude::*;
 use serde_json::{json, Value};
 
+/// A store that compresses content, so that reads meet both storage forms (short and
+/// incompressible content is stored as it is).
 fn open(dir: &Path, clock: &Arc<ManualClock>) -> Store {
     Options::new()
         .clock(Arc::clone(clock) as Arc<dyn Clock>)
         .auto_compact(false)
+        .compress_content(true)
         .open(dir)
         .expect("open store")
 }
@@ -277,6 +280,95 @@ fn raw_reads_are_byte_identical_to_the_parsed_items() {
         .map(Vec::from)
         .collect();
     assert_eq!(before, after, "raw answers changed across a reopen");
+}
+
+/// Compression is the store's choice at open (`Options::compress_content`, off by default), made
+/// per item as it is added: a store holds both forms after being reopened with the other setting,
+/// reads every item back the same either way, and keeps both through compaction and reopening.
+#[test]
+fn compression_is_chosen_per_open_and_both_forms_read_back() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let clock = clock_at(NOW);
+    let open_with = |compress: Option<bool>| {
+        let options = Options::new()
+            .clock(Arc::clone(&clock) as Arc<dyn Clock>)
+            .auto_compact(false);
+        match compress {
+            Some(on) => options.compress_content(on),
+            None => options,
+        }
+        .open(dir.path())
+        .expect("open")
+    };
+    let item = |id: &str, words: &str| {
+        ContextItem::new(
+            id,
+            "document_chunk",
+            json!({"id": id, "text": words.repeat(40)}),
+            "crm",
+            NOW - 10,
+            "1",
+            Scope::Session("s1".into()),
+        )
+    };
+    let stored_plain = |item: &ContextItem| {
+        let files: Vec<u8> = common::segment_files(dir.path())
+            .iter()
+            .flat_map(|p| std::fs::read(p).expect("read"))
+            .collect();
+        find(&files, &canonical_json(&item.content)).is_some()
+    };
+    let plain_default = item("plain:default", "words that repeat and repeat ");
+    let packed = item("packed:on", "other words that repeat again ");
+    let plain_off = item("plain:off", "a third run of repeating words ");
+    let all = [plain_default.clone(), packed.clone(), plain_off.clone()];
+    let refs: Vec<&str> = all.iter().map(|it| it.id.as_str()).collect();
+    let check = |store: &Store, round: &str| {
+        let parsed = store.resolve(&refs).expect("resolve");
+        let raw = store.resolve_raw(&refs).expect("resolve_raw");
+        assert_same_resolves(&raw, &parsed, round);
+        for (answer, expected) in parsed.iter().zip(&all) {
+            match answer {
+                Resolution::Found(found) => {
+                    let mut expected = expected.clone();
+                    expected.hash = found.hash.clone();
+                    assert_eq!(found, &expected, "{round}: {}", expected.id);
+                    assert_eq!(found.hash, Some(common::expected_hash(&expected.content)), "{round}");
+                }
+                other => panic!("{round}: {} answered {other:?}", expected.id),
+            }
+        }
+        let report = store.verify().expect("verify");
+        assert!(report.is_ok() && report.records_checked >= 3, "{round}: {report:?}");
+    };
+
+    let store = open_with(None);
+    store.add([plain_default.clone()]).expect("add");
+    drop(store);
+    assert!(stored_plain(&plain_default), "the default stores content as it is");
+
+    let store = open_with(Some(true));
+    store.add([packed.clone()]).expect("add");
+    drop(store);
+    assert!(
+        !stored_plain(&packed),
+        "compress_content(true) stores repetitive content compressed"
+    );
+
+    let store = open_with(Some(false));
+    store.add([plain_off.clone()]).expect("add");
+    check(&store, "both forms, reopened without compression");
+    // Compaction copies records as they are stored: each keeps its form.
+    store.compact().expect("compact");
+    check(&store, "after compaction");
+    drop(store);
+    assert!(
+        stored_plain(&plain_default) && stored_plain(&plain_off),
+        "plain records stay plain"
+    );
+    assert!(!stored_plain(&packed), "a compressed record stays compressed");
+    let store = open_with(Some(true));
+    check(&store, "reopened with compression");
 }
 
 #[test]

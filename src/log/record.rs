@@ -133,6 +133,9 @@ pub(crate) struct PutRef<'a> {
     pub(crate) confidence: Option<f64>,
     pub(crate) hash: &'a [u8; 32],
     pub(crate) content: &'a [u8],
+    /// Whether to store the content LZ4-compressed when that pays (the store's
+    /// `Options::compress_content`); otherwise it is stored as it is.
+    pub(crate) compress: bool,
 }
 
 /// A put record decoded from bytes, borrowing them.
@@ -457,7 +460,7 @@ fn put_body(out: &mut Vec<u8>, put: &PutRef<'_>) {
     put_len_prefixed_u8(out, put.version);
     put_len_prefixed_u8(out, session);
     put_len_prefixed_u16(out, put.source);
-    if compress_into(out, put.content) {
+    if put.compress && compress_into(out, put.content) {
         if let Some(stored) = out.get_mut(flags_at) {
             *stored |= FLAG_LZ4;
         }
@@ -873,6 +876,7 @@ mod tests {
             confidence: Some(0.5),
             hash,
             content: br#"{"a":1}"#,
+            compress: true,
         }
     }
 

@@ -1098,7 +1098,7 @@ mod tests {
             version,
             Scope::GlobalWritable,
         );
-        Op::Put(validate_item(item, &TypeRegistry::default(), CONTENT_BYTES_DEFAULT).expect("valid item"))
+        Op::Put(validate_item(item, &TypeRegistry::default(), CONTENT_BYTES_DEFAULT, false).expect("valid item"))
     }
 
     fn pin(name: &str) -> Op {
