@@ -26,7 +26,7 @@ use crate::log::segment::{
     parse_segment_file_name, read_whole, segment_file_name, Segment, SegmentHeader, SEGMENT_HEADER_BYTES,
 };
 use crate::log::writer::{create_segment, sync_dir, ActiveSegment};
-use crate::storage::Storage;
+use crate::storage::{SharedBytes, Storage};
 
 /// What opening found and did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -400,6 +400,27 @@ pub(crate) fn next_base_seq(storage: &dyn Storage, path: &Path) -> Option<u64> {
     SegmentHeader::decode(&header).ok().map(|header| header.base_seq)
 }
 
+/// The bytes of a segment to replay. The one a checkpoint resumes in is mapped rather than read: a
+/// replay reads its header and the frames after the checkpoint, and a version found stored twice
+/// the records it names (few or none), not the tens of MiB before the resume point that a read of
+/// the whole file would copy (after a clean close, nothing follows it). Every other segment is read
+/// whole, as a full replay reads each in turn.
+fn segment_for_replay(storage: &dyn Storage, path: &Path, resume: Option<SegmentMark>) -> Result<SharedBytes> {
+    let whole = || read_whole(storage, path).map(SharedBytes::new);
+    let Some(mark) = resume else { return whole() };
+    let len = storage
+        .len(path)
+        .map_err(|e| Error::io(format!("reading the length of {}", path.display()), e))?;
+    if len < SEGMENT_HEADER_BYTES as u64 || len < mark.len {
+        // Torn or cut short: read as it is, and judged as before.
+        return whole();
+    }
+    storage
+        .open_read(path)
+        .and_then(|file| file.map())
+        .map_err(|e| Error::io(format!("mapping {}", path.display()), e))
+}
+
 /// Replays `numbers` (sorted segment numbers) into `start`'s index.
 fn replay(
     storage: &dyn Storage,
@@ -437,8 +458,9 @@ fn replay(
                 .insert(number, Arc::new(Segment::open(storage, &path, true, mark.len)?));
             continue;
         }
-        let bytes = read_whole(storage, &path)?;
-        let header = match SegmentHeader::decode(&bytes) {
+        let kept = segment_for_replay(storage, &path, resume.filter(|mark| mark.number == number))?;
+        let bytes: &[u8] = &kept;
+        let header = match SegmentHeader::decode(bytes) {
             Ok(header) => header,
             Err(_) if newest && bytes.len() <= SEGMENT_HEADER_BYTES => {
                 // Torn while being created: it can hold no frame.
@@ -486,7 +508,7 @@ fn replay(
         let mut frames = 0u64;
         let mut records = 0u64;
         let scanned = scan_frames(
-            &bytes,
+            bytes,
             from,
             &mut next_seq,
             newest,
@@ -498,7 +520,7 @@ fn replay(
                     ));
                 }
                 frames += 1;
-                records += replay_batch(&mut index, seq, (number, &bytes), offset, payload)?;
+                records += replay_batch(&mut index, seq, (number, bytes), offset, payload)?;
                 Ok(())
             },
         );
@@ -533,11 +555,14 @@ fn replay(
         };
         stats.frames += frames;
         stats.records += records;
+        let file_len = bytes.len();
+        // A mapping must not outlive a cut of its file's tail (see `storage::file`).
+        drop(kept);
         if newest {
             let mut file = storage
                 .open_append(&path)
                 .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
-            if end < bytes.len() {
+            if end < file_len {
                 file.set_len(end as u64)
                     .map_err(|e| Error::io(format!("truncating {}", path.display()), e))?;
             }
@@ -559,10 +584,9 @@ fn replay(
                 segment,
             });
         } else {
-            index.segments.insert(
-                number,
-                Arc::new(Segment::open(storage, &path, true, bytes.len() as u64)?),
-            );
+            index
+                .segments
+                .insert(number, Arc::new(Segment::open(storage, &path, true, file_len as u64)?));
         }
     }
     let active = match active {

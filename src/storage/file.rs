@@ -146,7 +146,9 @@ impl RealFile {
         // - the active segment, up to its published length only: the writer thread writes it only
         //   at its write position, never before the published length (the space it allocates
         //   ahead is written later, past the mapped bytes), and truncates it only when sealing it,
-        //   to that position; a torn tail is cut only by recovery, before any map.
+        //   to that position; a torn tail is cut only by recovery, before any map of the file but
+        //   one: the mapping recovery reads the segment its checkpoint resumes in through, which it
+        //   drops before it cuts that segment's tail.
         // So every mapped page stays backed by the file and the mapped bytes never change. A
         // process that ignores the lock and modifies the file could change them under us; every
         // read of mapped bytes is bounds-checked and CRC-checked, so such damage is reported as
