@@ -111,7 +111,8 @@ for name, text in ranges.items():
 
 
 # stateful: store operations (see src/fuzzing/stateful.rs for the encoding). The first byte picks the
-# durability (0: Immediate, 1: Never); each operation is an opcode byte (mod 20) and its arguments.
+# durability (bit 0: Immediate or Never) and compression (bit 1: Options::compress_content); each
+# operation is an opcode byte (mod 20) and its arguments.
 VIEW = {None: 0, "s1": 4, "s2": 5}
 READ_VIEW = {None: 0, "s1": 2, "s2": 3, "s3": 4}
 IDS = "abcdef"
@@ -204,6 +205,10 @@ def cut_power(after, seed):
 
 
 IMMEDIATE, NEVER = b"\x00", b"\x01"
+IMMEDIATE_COMPRESSED, NEVER_COMPRESSED = b"\x02", b"\x03"
+# Content 4 of the pool is long and repetitive: stored compressed under compression.
+packed = [add(item(IDS[n % 6], str(1 + n // 6 % 3), content=4, ttl=2 if n % 2 else None), item(IDS[(n + 1) % 6], "1"))
+          for n in range(12)]
 fill = [add(item(IDS[n % 6], str(1 + n // 6 % 3), ttl=2 if n % 2 else None), item(IDS[(n + 1) % 6], "1"))
         for n in range(12)]
 stateful = {
@@ -228,6 +233,10 @@ stateful = {
     + get(),
     "cut-in-reopen": NEVER + b"".join(fill[:5]) + cut_power(4, 11) + REOPEN + get(),
     "rotate-crash": IMMEDIATE + b"".join(fill[:8]) + crash(1) + b"".join(fill[8:]) + crash(2) + COMPACT + crash(3),
+    "compressed-rotate-compact": IMMEDIATE_COMPRESSED + b"".join(packed) + pin("p1") + advance(6) + COMPACT
+    + resolve("a", "b", "c") + open_pinned("p1", "a", ("a", "1")) + REOPEN + resolve("a", "b") + crash(5),
+    "never-compressed-cut-in-compact": NEVER_COMPRESSED + b"".join(packed) + advance(6)
+    + add(item("a", "3", content=4)) + cut_power(9, 6) + COMPACT + get() + resolve("a", ("a", "3")),
 }
 for name, data in stateful.items():
     write("stateful", name, data)

@@ -134,3 +134,47 @@ fn binary_seeds_are_accepted_inputs() {
         assert!(ctxlog::fuzzing::decode_checkpoint(&data), "{}", path.display());
     }
 }
+
+/// Bit 1 of a stateful input's first byte turns on `Options::compress_content`: the pool's long
+/// repetitive content (pool entry 4) is then only in compressed records, and with the bit cleared it
+/// is stored as it is, so the model checks both forms (the seeds `compressed-*` start from it).
+#[test]
+fn the_stateful_target_stores_content_compressed_when_its_input_asks() {
+    use ctxlog::storage::{SimDisk, Storage};
+    let repeated = "context window ".repeat(40);
+    // Item "a" version 1 with pool content 4 (identity 18 * (8 + 4)), global_readonly, no TTL or
+    // confidence, added; then resolved (fuzz/make_seeds.py has the encoding).
+    let ops = [0u8, 0, 0, 216, 12, 0x40, 6, 6, 0, 0, 0];
+    let stored_plain = |first: u8| -> bool {
+        let disk = SimDisk::new();
+        let data: Vec<u8> = std::iter::once(first).chain(ops).collect();
+        ctxlog::fuzzing::stateful::run_on(&data, disk.clone());
+        let dir = Path::new("/fuzz/store");
+        let segments: Vec<String> = disk
+            .list(dir)
+            .expect("listing the fuzz store")
+            .into_iter()
+            .filter(|name| name.ends_with(".seg"))
+            .collect();
+        assert!(!segments.is_empty());
+        segments.iter().any(|name| {
+            let bytes = disk.read(&dir.join(name)).expect("reading a segment");
+            bytes.windows(repeated.len()).any(|w| w == repeated.as_bytes())
+        })
+    };
+    for durability in [0u8, 1] {
+        assert!(
+            stored_plain(durability),
+            "durability bit {durability}: not stored as it is"
+        );
+        assert!(
+            !stored_plain(durability | 2),
+            "durability bit {durability}: not compressed"
+        );
+    }
+    let compressed_seeds = inputs("seeds", "stateful")
+        .into_iter()
+        .filter(|path| std::fs::read(path).expect("seed").first().is_some_and(|b| b & 2 == 2))
+        .count();
+    assert!(compressed_seeds >= 2, "{compressed_seeds} seeds with compression");
+}

@@ -12,9 +12,10 @@
 //! after a second cut inside recovery), and a power cut armed to fall after a given number of
 //! storage calls: inside the next operations, or between them.
 //!
-//! The first byte chooses the durability: `Immediate` (every operation that returned `Ok` is
-//! durable) or `Never` (durable at `flush`, at a clean reopen, and at a compaction that rewrote
-//! something, which syncs the log first). The model therefore does not follow one state but a set of
+//! The first byte's bit 1 chooses whether content is stored compressed (`Options::compress_content`;
+//! one content of the pool is long and repetitive, so that it is), and its bit 0 the durability:
+//! `Immediate` (every operation that returned `Ok` is durable) or `Never` (durable at `flush`, at a
+//! clean reopen, and at a compaction that rewrote something, which syncs the log first). The model therefore does not follow one state but a set of
 //! candidates, each with the states a power cut may bring back (from its last durable state to its
 //! current one, plus the operation in flight when the power went off); after a cut the recovered
 //! store must show one of them exactly (every current item, every `id@version`, every pin and what
@@ -235,19 +236,21 @@ fn subset<T: Copy>(from: &[T], mask: u8) -> Vec<T> {
         .collect()
 }
 
-/// What an input means: the durability, then the operations.
-fn decode(data: &[u8]) -> (Durability, Vec<Op>) {
+/// What an input means: the durability and whether content is compressed, then the operations.
+fn decode(data: &[u8]) -> (Durability, bool, Vec<Op>) {
     let mut input = Input { bytes: data, at: 0 };
-    let durability = if input.byte() & 1 == 1 {
+    let first = input.byte();
+    let durability = if first & 1 == 1 {
         Durability::Never
     } else {
         Durability::Immediate
     };
+    let compress = first & 2 == 2;
     let mut ops = Vec::new();
     while !input.is_empty() && ops.len() < OPS_MAX {
         ops.push(input.op());
     }
-    (durability, ops)
+    (durability, compress, ops)
 }
 
 fn scope_of(i: usize) -> Scope {
@@ -288,7 +291,8 @@ fn content_of(id: &str, version: &str, pick: Option<usize>) -> Value {
         Some(1) => json!({"k": 2, "n": {"x": "y"}}),
         Some(2) => json!({"t": "é", "n": {"x": "z"}, "k": 1}),
         Some(3) => json!("plain"),
-        Some(4) => json!([1, 2, 3]),
+        // Long and repetitive: stored LZ4-compressed when the input asks for compression.
+        Some(4) => json!([1, 2, 3, "context window ".repeat(40)]),
         // Half a segment.
         Some(_) => json!({"big": noise("big", 2000), "k": 2}),
     }
@@ -921,6 +925,8 @@ fn trace_on() -> bool {
 /// One run: the store on its simulated disk, and the model's candidates.
 struct Run {
     durability: Durability,
+    /// `Options::compress_content`.
+    compress: bool,
     clock: Arc<ManualClock>,
     disk: SimDisk,
     store: Option<Store>,
@@ -941,6 +947,7 @@ impl Run {
             .storage(Arc::new(disk.clone()))
             .clock(Arc::clone(&self.clock) as Arc<dyn Clock>)
             .durability(self.durability)
+            .compress_content(self.compress)
             .segment_size(SEGMENT_SIZE)
             .auto_compact(false)
             .open(DIR)
@@ -1492,15 +1499,16 @@ pub fn run(data: &[u8]) {
 /// [`run`] on `disk`, an empty simulated disk set up by the caller (for instance with its syncs
 /// switched off, to check that the target notices).
 pub fn run_on(data: &[u8], disk: SimDisk) {
-    let (durability, ops) = decode(data);
+    let (durability, compress, ops) = decode(data);
     let trace = trace_on();
     if trace {
-        eprintln!("{durability:?}, {} operations", ops.len());
+        eprintln!("{durability:?}, compress {compress}, {} operations", ops.len());
     }
     // See the module documentation: unsynced writes may survive in any order.
     disk.set_reorder_unsynced(true);
     let mut run = Run {
         durability,
+        compress,
         clock: Arc::new(ManualClock::new(START)),
         disk,
         store: None,
