@@ -458,8 +458,8 @@ fn count(report: &mut CompactionReport, reason: Reason) {
 const SPOOL_BYTES: usize = 1 << 20;
 
 /// A rewritten segment on its way to its temporary file, written in steps of [`SPOOL_BYTES`]:
-/// compaction never holds a whole segment in memory. A rewrite of one step is written by the
-/// compacting thread; from the first full step on, a helper thread writes the steps while the
+/// compaction never holds a whole segment in memory. A rewrite shorter than a step is written by
+/// the compacting thread; from the first full step on, a helper thread writes the steps while the
 /// compacting thread goes on with the scan, so that the writing (the kernel's preparing and copying
 /// of the pages, about two fifths of a rewrite's time) and the scan overlap. At most three steps
 /// are in memory: the one being filled, one queued and one being written.

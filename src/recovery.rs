@@ -401,10 +401,10 @@ pub(crate) fn next_base_seq(storage: &dyn Storage, path: &Path) -> Option<u64> {
 }
 
 /// The bytes of a segment to replay. The one a checkpoint resumes in is mapped rather than read: a
-/// replay reads its header and the frames after the checkpoint, and a version found stored twice
-/// the records it names (few or none), not the tens of MiB before the resume point that a read of
-/// the whole file would copy (after a clean close, nothing follows it). Every other segment is read
-/// whole, as a full replay reads each in turn.
+/// replay touches its header, the frames after the resume point (none after a clean close) and, for
+/// a version it finds stored twice, the few earlier records that hold it; a read of the whole file
+/// would copy the tens of MiB before the resume point too. Every other segment is read whole, as a
+/// full replay reads each in turn.
 fn segment_for_replay(storage: &dyn Storage, path: &Path, resume: Option<SegmentMark>) -> Result<SharedBytes> {
     let whole = || read_whole(storage, path).map(SharedBytes::new);
     let Some(mark) = resume else { return whole() };
