@@ -522,11 +522,10 @@ impl Spool {
         if self.buf.len() < SPOOL_BYTES {
             return Ok(());
         }
-        if let Out::Here(_) = self.out {
-            let Out::Here(file) = std::mem::replace(&mut self.out, Out::Gone) else {
-                return Ok(());
-            };
-            self.out = self.start_helper(file)?;
+        if matches!(self.out, Out::Here(_)) {
+            if let Out::Here(file) = std::mem::replace(&mut self.out, Out::Gone) {
+                self.out = self.start_helper(file)?;
+            }
         }
         let Out::Helper { steps, spare, .. } = &self.out else {
             return Err(Error::io(

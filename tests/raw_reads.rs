@@ -178,6 +178,15 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|window| window == needle)
 }
 
+/// Whether the segment files in `dir` hold `content`'s canonical JSON as it is (not compressed).
+fn stored_as_is(dir: &Path, content: &Value) -> bool {
+    let segments: Vec<u8> = common::segment_files(dir)
+        .iter()
+        .flat_map(|p| std::fs::read(p).expect("read"))
+        .collect();
+    find(&segments, &canonical_json(content)).is_some()
+}
+
 #[test]
 fn raw_reads_are_byte_identical_to_the_parsed_items() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -188,30 +197,14 @@ fn raw_reads_are_byte_identical_to_the_parsed_items() {
 
     // Both storage forms are exercised: short or incompressible content is stored as it is,
     // repetitive content LZ4-compressed (so its canonical bytes are not in the file).
-    let segment: Vec<u8> = common::segment_files(dir.path())
-        .iter()
-        .flat_map(|p| std::fs::read(p).expect("read"))
-        .collect();
-    let canonical = |name: &str| {
+    let as_is = |name: &str| {
         let item = items.iter().find(|it| it.id == format!("raw:{name}")).expect("item");
-        canonical_json(&item.content)
+        stored_as_is(dir.path(), &item.content)
     };
-    assert!(
-        find(&segment, &canonical("long_random")).is_some(),
-        "incompressible content stored as it is"
-    );
-    assert!(
-        find(&segment, &canonical("keys")).is_some(),
-        "short content stored as it is"
-    );
-    assert!(
-        find(&segment, &canonical("long_repetitive")).is_none(),
-        "repetitive content stored compressed"
-    );
-    assert!(
-        find(&segment, &canonical("long_unicode")).is_none(),
-        "repetitive unicode stored compressed"
-    );
+    assert!(as_is("long_random"), "incompressible content stored as it is");
+    assert!(as_is("keys"), "short content stored as it is");
+    assert!(!as_is("long_repetitive"), "repetitive content stored compressed");
+    assert!(!as_is("long_unicode"), "repetitive unicode stored compressed");
 
     let refs: Vec<String> = items.iter().map(|it| it.id.clone()).collect();
     let parsed = store.resolve(&refs).expect("resolve");
@@ -311,13 +304,7 @@ fn compression_is_chosen_per_open_and_both_forms_read_back() {
             Scope::Session("s1".into()),
         )
     };
-    let stored_plain = |item: &ContextItem| {
-        let files: Vec<u8> = common::segment_files(dir.path())
-            .iter()
-            .flat_map(|p| std::fs::read(p).expect("read"))
-            .collect();
-        find(&files, &canonical_json(&item.content)).is_some()
-    };
+    let stored_plain = |item: &ContextItem| stored_as_is(dir.path(), &item.content);
     let plain_default = item("plain:default", "words that repeat and repeat ");
     let packed = item("packed:on", "other words that repeat again ");
     let plain_off = item("plain:off", "a third run of repeating words ");

@@ -15,9 +15,10 @@
 //! The first byte's bit 1 chooses whether content is stored compressed (`Options::compress_content`;
 //! one content of the pool is long and repetitive, so that it is), and its bit 0 the durability:
 //! `Immediate` (every operation that returned `Ok` is durable) or `Never` (durable at `flush`, at a
-//! clean reopen, and at a compaction that rewrote something, which syncs the log first). The model therefore does not follow one state but a set of
-//! candidates, each with the states a power cut may bring back (from its last durable state to its
-//! current one, plus the operation in flight when the power went off); after a cut the recovered
+//! clean reopen, and at a compaction that rewrote something, which syncs the log first). The model
+//! therefore does not follow one state but a set of candidates, each with the states a power cut
+//! may bring back (from its last durable state to its current one, plus the operation in flight
+//! when the power went off); after a cut the recovered
 //! store must show one of them exactly (every current item, every `id@version`, every pin and what
 //! it shows, `stats().items`), `verify()` must find nothing, and no `.tmp` may be left. Candidates
 //! that later answers contradict are dropped; when none is left, that is a finding.

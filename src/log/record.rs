@@ -728,17 +728,17 @@ fn next_record<'a>(cursor: &mut Cursor<'a>) -> Result<(u8, u32, &'a [u8]), Decod
 
 /// Decodes one record (header and body) stored at a known location, checking its CRC.
 pub(crate) fn decode_record(bytes: &[u8]) -> Result<RecordView<'_>, DecodeError> {
-    decode_record_at_location(bytes, true)
+    decode_one_record(bytes, true)
 }
 
 /// [`decode_record`] without the body's CRC, for bytes whose CRC a [`decode_record`] of the same
 /// unchanging bytes (a mapped segment's, or a copy) already checked: a read that checks a record
 /// under the index lock and decodes it again after.
 pub(crate) fn decode_checked_record(bytes: &[u8]) -> Result<RecordView<'_>, DecodeError> {
-    decode_record_at_location(bytes, false)
+    decode_one_record(bytes, false)
 }
 
-fn decode_record_at_location(bytes: &[u8], check_crc: bool) -> Result<RecordView<'_>, DecodeError> {
+fn decode_one_record(bytes: &[u8], check_crc: bool) -> Result<RecordView<'_>, DecodeError> {
     let mut cursor = Cursor::new(bytes);
     let (tag, crc, body) = next_record(&mut cursor)?;
     if check_crc && crc32fast::hash(body) != crc {
