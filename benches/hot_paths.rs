@@ -20,12 +20,14 @@ use w1::{item, mix, BASE_TS};
 const LOADED: u64 = 20_000;
 
 fn store(dir: &std::path::Path) -> Store {
+    options().open(dir).expect("open a store")
+}
+
+fn options() -> Options {
     Options::new()
         .durability(Durability::Never)
         .clock(Arc::new(ManualClock::new(BASE_TS)))
         .auto_compact(false)
-        .open(dir)
-        .expect("open a store")
 }
 
 fn unhashed(n: u64) -> ContextItem {
@@ -35,8 +37,12 @@ fn unhashed(n: u64) -> ContextItem {
 }
 
 fn loaded() -> (tempfile::TempDir, Store) {
+    loaded_with(options())
+}
+
+fn loaded_with(options: Options) -> (tempfile::TempDir, Store) {
     let dir = tempfile::tempdir().expect("temp dir");
-    let store = store(dir.path());
+    let store = options.open(dir.path()).expect("open a store");
     for first in (0..LOADED).step_by(1000) {
         store.add((first..first + 1000).map(unhashed)).expect("load");
     }
@@ -128,6 +134,33 @@ fn read_path(c: &mut Criterion) {
             black_box(store.get_raw(&window(q)).expect("get_raw"))
         });
     });
+    group.finish();
+    // ~1,000 items, P4's size: read on the default `read_threads` and on one thread.
+    let (_one_dir, one_thread) = loaded_with(options().read_threads(1));
+    let mut group = c.benchmark_group("query_1000");
+    group.throughput(Throughput::Elements(1000));
+    let window = |q: u64| {
+        let start = BASE_TS + i64::try_from(mix(q) % (LOADED - 2_500)).expect("fits");
+        ContextQuery::new()
+            .types(["document_chunk"])
+            .time_range(TimeRange::new(start, start + 2_499).expect("range"))
+    };
+    for (name, store) in [("default_read_threads", &store), ("one_read_thread", &one_thread)] {
+        let mut q = 0u64;
+        group.bench_function(format!("type_and_window_{name}"), |b| {
+            b.iter(|| {
+                q += 1;
+                black_box(store.get(&window(q)).expect("get"))
+            });
+        });
+        let mut q = 0u64;
+        group.bench_function(format!("type_and_window_{name}_raw"), |b| {
+            b.iter(|| {
+                q += 1;
+                black_box(store.get_raw(&window(q)).expect("get_raw"))
+            });
+        });
+    }
     group.finish();
     // Planning alone: the query's checks, its filters interned, the smallest candidate set chosen
     // (two types against two scopes against time) and its range found, over a window before every

@@ -42,6 +42,7 @@ mod index;
 mod item;
 pub mod limits;
 mod log;
+mod parallel;
 mod query;
 mod recovery;
 mod snapshot;

@@ -9,9 +9,11 @@ use sha2::Digest;
 use crate::error::{Error, Result};
 use crate::index::{record_crc_at, version_tag, Index, VersionEntry, NEVER_EXPIRES};
 use crate::item::{canonical_json, content_hash, format_hash, validate_name, validate_version, ContextItem, Scope};
+use crate::limits::PARALLEL_READ_ITEMS_MIN;
 use crate::log::record::{decode_checked_record, decode_record, DecodeError, PutView, RecordView, ScopeView};
 use crate::log::segment::Segment;
 use crate::log::writer::Op;
+use crate::parallel::map_in_runs;
 use crate::query::{self, scope_visible, ContextQuery, QueryStats, ViewBounds};
 use crate::store::Shared;
 
@@ -192,15 +194,17 @@ enum Answer<T> {
 impl Answer<Located> {
     /// Reads the item of a found answer with `read`; a record found damaged now answers
     /// `HashMismatch`, as one found damaged under the lock does.
-    fn read<T>(self, held: &Held, read: &dyn Fn(&PutView<'_>) -> Result<T, DecodeError>) -> Result<Answer<T>> {
-        let item = |located: Located| ReadFailure::or_mismatch(located.finish(held, read));
+    fn read<T>(&self, held: &Held, read: impl FnOnce(&PutView<'_>) -> Result<T, DecodeError>) -> Result<Answer<T>> {
+        let item = |located: &Located| ReadFailure::or_mismatch(located.finish(held, read));
         Ok(match self {
             Answer::Found(located) => item(located)?.map_or_else(|mismatch| mismatch, Answer::Found),
             Answer::Superseded { latest } => {
                 item(latest)?.map_or_else(|mismatch| mismatch, |latest| Answer::Superseded { latest })
             }
             Answer::NotFound => Answer::NotFound,
-            Answer::Expired { expired_at } => Answer::Expired { expired_at },
+            Answer::Expired { expired_at } => Answer::Expired {
+                expired_at: *expired_at,
+            },
             Answer::HashMismatch => Answer::HashMismatch,
         })
     }
@@ -427,28 +431,41 @@ fn checked_put<'b>(index: &Index, version: &VersionEntry, bytes: &'b [u8]) -> Re
 /// below a segment's published length never change (see `storage::file`).
 #[derive(Default)]
 struct Held {
-    segments: Vec<Arc<Segment>>,
+    /// Each held segment with its number.
+    segments: Vec<(u32, Arc<Segment>)>,
 }
 
 impl Held {
-    /// The position of `segment` among the held ones, holding it if it is new. A read's records
-    /// mostly come from one segment or a few, in runs: the last one held is looked at first.
-    fn hold(&mut self, segment: &Arc<Segment>) -> usize {
-        if let Some(at) = self.segments.iter().rposition(|held| Arc::ptr_eq(held, segment)) {
-            return at;
+    /// Holds segment number `number` of `index` (under its lock), if it is not held yet. A read's
+    /// records mostly come from one segment or a few, in runs: the last one held is looked at first.
+    fn hold(&mut self, index: &Index, number: u32) {
+        if self.get(number).is_none() {
+            if let Some(segment) = index.segments.get(&number) {
+                self.segments.push((number, Arc::clone(segment)));
+            }
         }
-        self.segments.push(Arc::clone(segment));
-        self.segments.len() - 1
+    }
+
+    /// The held segment numbered `number`.
+    fn get(&self, number: u32) -> Option<&Arc<Segment>> {
+        self.segments
+            .iter()
+            .rev()
+            .find_map(|(held, segment)| (*held == number).then_some(segment))
     }
 }
+
+/// What a read does with each put record it returns, given its thread's scratch buffer (for
+/// decompressing content): an item, its JSON, or `None` when a content filter leaves it out.
+type Finish<'a, T> = dyn Fn(&mut Vec<u8>, &PutView<'_>) -> Result<T, DecodeError> + Sync + 'a;
 
 /// A put record found and checked ([`checked_put`]) under the index lock. What a read does with it
 /// next (decompressing and hashing the content, parsing it or writing the item's JSON) needs no
 /// lock: [`Located::finish`] does it after the lock is released, so that long reads do not hold
 /// back the writer's publication.
 struct Located {
-    /// The record's segment, in the read's [`Held`].
-    segment: usize,
+    /// The record's segment's number, held in the read's [`Held`].
+    segment: u32,
     offset: u32,
     len: u32,
     /// The record's bytes when they were copied out of the segment (an unmapped part of the active
@@ -458,17 +475,18 @@ struct Located {
 }
 
 impl Located {
-    /// Finds `version`'s record and checks it against the index, holding its segment in `held`.
-    fn find(index: &Index, version: &VersionEntry, held: &mut Held) -> Result<Located, ReadFailure> {
+    /// Finds `version`'s record and checks it against the index. The caller holds its segment
+    /// ([`Held::hold`]) before it releases the lock.
+    fn find(index: &Index, version: &VersionEntry) -> Result<Located, ReadFailure> {
         let location = version.location;
-        let (segment, bytes) = record_bytes(index, version)?;
+        let (_, bytes) = record_bytes(index, version)?;
         let confidence = checked_put(index, version, &bytes)?.confidence;
         let copied = match bytes {
             std::borrow::Cow::Borrowed(_) => None,
             std::borrow::Cow::Owned(bytes) => Some(bytes),
         };
         Ok(Located {
-            segment: held.hold(segment),
+            segment: location.segment,
             offset: location.offset,
             len: location.len,
             copied,
@@ -483,7 +501,7 @@ impl Located {
         held: &Held,
         read: impl FnOnce(&PutView<'_>) -> Result<R, DecodeError>,
     ) -> Result<R, ReadFailure> {
-        let Some(segment) = held.segments.get(self.segment) else {
+        let Some(segment) = held.get(self.segment) else {
             return Err(ReadFailure::Io(Error::invalid(
                 "read",
                 "a located record's segment is not held",
@@ -856,9 +874,8 @@ impl Snapshot {
     /// # Errors
     /// As [`Snapshot::get`].
     pub fn get_with_stats(&self, query: &ContextQuery) -> Result<(Vec<ContextItem>, QueryStats)> {
-        let scratch = std::cell::RefCell::new(Vec::new());
-        self.run_query(query, &|put| {
-            let item = item_of(put, &mut scratch.borrow_mut())?;
+        self.run_query(query, &|scratch, put| {
+            let item = item_of(put, scratch)?;
             Ok(query::content_passes(query, &item.content).then_some(item))
         })
     }
@@ -871,7 +888,7 @@ impl Snapshot {
     /// As [`Snapshot::get`].
     pub fn get_raw(&self, query: &ContextQuery) -> Result<Vec<RawItem>> {
         let filters_content = query::filters_content(query);
-        let (items, _) = self.run_query(query, &|put| {
+        let (items, _) = self.run_query(query, &|_, put| {
             json_of(put, |_, content| {
                 if !filters_content {
                     return Ok(true);
@@ -887,13 +904,11 @@ impl Snapshot {
     /// Runs `query` at this view's bounds. Under the index lock it walks the index and finds and
     /// checks each candidate's record, filtering on confidence, which the record's header holds;
     /// after releasing the lock it turns each into an item with `finish`, which also applies the
-    /// content filter (`None`: filtered out). A query with both a limit and a content filter reads
-    /// its items under the lock: which candidates fill the limit is known only once they are read.
-    fn run_query<T>(
-        &self,
-        query: &ContextQuery,
-        finish: &dyn Fn(&PutView<'_>) -> Result<Option<T>, DecodeError>,
-    ) -> Result<(Vec<T>, QueryStats)> {
+    /// content filter (`None`: filtered out), on up to `Options::read_threads` threads when there
+    /// are many (`finish` gets each thread's scratch buffer). A query with both a limit and a
+    /// content filter reads its items under the lock: which candidates fill the limit is known only
+    /// once they are read.
+    fn run_query<T: Send>(&self, query: &ContextQuery, finish: &Finish<'_, Option<T>>) -> Result<(Vec<T>, QueryStats)> {
         let index = self.shared.read_index_for_caller();
         let (seq, now) = self.at(&index);
         let bounds = ViewBounds {
@@ -902,10 +917,11 @@ impl Snapshot {
             session: self.session.as_deref(),
         };
         if query.limit.is_some() && query::filters_content(query) {
+            let scratch = std::cell::RefCell::new(Vec::new());
             let fetch = |version: &VersionEntry| {
                 with_record(&index, version, |put| {
                     if query::confidence_passes(query, put.confidence) {
-                        finish(put)
+                        finish(&mut scratch.borrow_mut(), put)
                     } else {
                         Ok(None)
                     }
@@ -916,19 +932,45 @@ impl Snapshot {
             self.shared.count_query(result.1.examined);
             return Ok(result);
         }
-        let held = std::cell::RefCell::new(Held::default());
-        let fetch = |version: &VersionEntry| -> Result<Option<Located>> {
-            let located = Located::find(&index, version, &mut held.borrow_mut())?;
-            Ok(query::confidence_passes(query, located.confidence).then_some(located))
+        let threads = self.shared.read_threads;
+        let (mut found, mut stats) = if query.limit.is_some() && query.min_confidence.is_some() {
+            // Which candidates fill the limit is known only once their records are read.
+            let fetch = |version: &VersionEntry| -> Result<Option<Located>> {
+                let located = Located::find(&index, version)?;
+                Ok(query::confidence_passes(query, located.confidence).then_some(located))
+            };
+            query::run(&index, query, &bounds, &fetch)?
+        } else {
+            // Every candidate the walk picks is read: the walk only collects them, and their
+            // records are found and checked afterwards, still under the lock, on up to
+            // `read_threads` threads.
+            let (mut candidates, stats) = query::run(&index, query, &bounds, &|version| Ok(Some(*version)))?;
+            let found: Vec<Option<Located>> = map_in_runs(
+                &mut candidates,
+                threads,
+                PARALLEL_READ_ITEMS_MIN,
+                "ctxlog-read",
+                &|(): &mut (), _, version: &mut VersionEntry| {
+                    let located = Located::find(&index, version)?;
+                    Ok(query::confidence_passes(query, located.confidence).then_some(located))
+                },
+            )?;
+            (found.into_iter().flatten().collect(), stats)
         };
-        let (found, mut stats) = query::run(&index, query, &bounds, &fetch)?;
+        let mut held = Held::default();
+        for located in &found {
+            held.hold(&index, located.segment);
+        }
         drop(index);
         self.shared.count_query(stats.examined);
-        let held = held.into_inner();
-        let mut items = Vec::with_capacity(found.len());
-        for located in found {
-            items.extend(located.finish(&held, finish)?);
-        }
+        let items = map_in_runs(
+            &mut found,
+            threads,
+            PARALLEL_READ_ITEMS_MIN,
+            "ctxlog-read",
+            &|scratch: &mut Vec<u8>, _, located: &mut Located| Ok(located.finish(&held, |put| finish(scratch, put))?),
+        )?;
+        let items: Vec<T> = items.into_iter().flatten().collect();
         stats.returned = items.len() as u64;
         Ok((items, stats))
     }
@@ -943,12 +985,7 @@ impl Snapshot {
         I: IntoIterator<Item = R>,
         R: AsRef<str>,
     {
-        let scratch = std::cell::RefCell::new(Vec::new());
-        self.resolve_each(
-            refs,
-            &|put| item_of(put, &mut scratch.borrow_mut()),
-            Answer::into_resolution,
-        )
+        self.resolve_each(refs, &|scratch, put| item_of(put, scratch), Answer::into_resolution)
     }
 
     /// Resolves each reference as [`Snapshot::resolve`] does, with the same answer for each, but
@@ -961,18 +998,19 @@ impl Snapshot {
         I: IntoIterator<Item = R>,
         R: AsRef<str>,
     {
-        self.resolve_each(refs, &raw_item_of, Answer::into_raw_resolution)
+        self.resolve_each(refs, &|_, put| raw_item_of(put), Answer::into_raw_resolution)
     }
 
     /// Parses every reference, then answers each under one hold of the index lock, and reads the
     /// items with `read` and turns each answer into the caller's form with `answer`. Up to
     /// [`READ_UNDER_LOCK`] references read their items under the lock too; more only find and check
-    /// their records under it and read the items after releasing it, so that a long resolve does not
-    /// hold back the writer's publication.
-    fn resolve_each<I, R, T, O>(
+    /// their records under it and read the items after releasing it (on up to
+    /// `Options::read_threads` threads when there are many), so that a long resolve does not hold
+    /// back the writer's publication.
+    fn resolve_each<I, R, T: Send, O>(
         &self,
         refs: I,
-        read: &dyn Fn(&PutView<'_>) -> Result<T, DecodeError>,
+        read: &Finish<'_, T>,
         answer: impl Fn(Answer<T>, &str, &str, Option<&str>) -> O,
     ) -> Result<Vec<O>>
     where
@@ -987,7 +1025,8 @@ impl Snapshot {
         let index = self.shared.read_index_for_caller();
         let at = self.at(&index);
         if refs.len() <= READ_UNDER_LOCK {
-            let mut read = |entry: &VersionEntry| with_record(&index, entry, read);
+            let mut scratch = Vec::new();
+            let mut read = |entry: &VersionEntry| with_record(&index, entry, |put| read(&mut scratch, put));
             return parsed
                 .into_iter()
                 .zip(&refs)
@@ -998,20 +1037,29 @@ impl Snapshot {
                 .collect();
         }
         let mut held = Held::default();
-        let mut find = |entry: &VersionEntry| Located::find(&index, entry, &mut held);
-        let found = parsed
+        let mut find = |entry: &VersionEntry| {
+            let located = Located::find(&index, entry)?;
+            held.hold(&index, located.segment);
+            Ok(located)
+        };
+        let mut found = parsed
             .iter()
             .map(|(id, version)| self.resolve_one(&index, at, id, *version, &mut find))
             .collect::<Result<Vec<_>>>()?;
         drop(index);
-        found
+        let answers = map_in_runs(
+            &mut found,
+            self.shared.read_threads,
+            PARALLEL_READ_ITEMS_MIN,
+            "ctxlog-read",
+            &|scratch: &mut Vec<u8>, _, found: &mut Answer<Located>| found.read(&held, |put| read(scratch, put)),
+        )?;
+        Ok(answers
             .into_iter()
             .zip(parsed)
             .zip(&refs)
-            .map(|((found, (id, version)), reference)| {
-                Ok(answer(found.read(&held, read)?, reference.as_ref(), id, version))
-            })
-            .collect()
+            .map(|((found, (id, version)), reference)| answer(found, reference.as_ref(), id, version))
+            .collect())
     }
 
     /// The answer for one reference, its record read with `read` (an item, or a record found and

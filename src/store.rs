@@ -19,7 +19,8 @@ use crate::item::{content_hash, validate_item, validate_name, ContextItem, Scope
 use crate::limits::{
     ADD_THREADS_DEFAULT_MAX, ADD_THREADS_MAX, BATCH_ITEMS_MAX, CHECKPOINT_EVERY_BYTES_DEFAULT,
     CHECKPOINT_EVERY_BYTES_MAX, CHECKPOINT_EVERY_BYTES_MIN, CONTENT_BYTES_DEFAULT, CONTENT_BYTES_MAX,
-    PARALLEL_ADD_ITEMS_MIN, SEGMENT_BYTES_DEFAULT, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN,
+    PARALLEL_ADD_ITEMS_MIN, READ_THREADS_DEFAULT_MAX, READ_THREADS_MAX, SEGMENT_BYTES_DEFAULT, SEGMENT_BYTES_MAX,
+    SEGMENT_BYTES_MIN,
 };
 use crate::log::record::{decode_batch, RecordView};
 use crate::log::segment::{read_whole, SegmentHeader, SEGMENT_HEADER_BYTES};
@@ -54,6 +55,7 @@ pub struct Options {
     compress_content: bool,
     storage: Arc<dyn Storage>,
     add_threads: usize,
+    read_threads: usize,
     checkpoint_every: u64,
 }
 
@@ -68,6 +70,7 @@ impl std::fmt::Debug for Options {
             .field("compress_content", &self.compress_content)
             .field("storage", &self.storage)
             .field("add_threads", &self.add_threads)
+            .field("read_threads", &self.read_threads)
             .field("checkpoint_every", &self.checkpoint_every)
             .finish()
     }
@@ -84,6 +87,7 @@ impl Default for Options {
             compress_content: false,
             storage: Arc::new(FileStorage),
             add_threads: std::thread::available_parallelism().map_or(1, |n| n.get().min(ADD_THREADS_DEFAULT_MAX)),
+            read_threads: std::thread::available_parallelism().map_or(1, |n| n.get().min(READ_THREADS_DEFAULT_MAX)),
             checkpoint_every: CHECKPOINT_EVERY_BYTES_DEFAULT,
         }
     }
@@ -167,6 +171,20 @@ impl Options {
     #[must_use]
     pub fn add_threads(mut self, threads: usize) -> Self {
         self.add_threads = threads;
+        self
+    }
+
+    /// How many threads a query ([`Store::get`], [`Store::get_raw`]) or a resolve of many references
+    /// may use to read its items once the index lock is released (each record's content checked
+    /// against its SHA-256, then parsed or written out as JSON), when there are at least
+    /// [`PARALLEL_READ_ITEMS_MIN`](crate::limits::PARALLEL_READ_ITEMS_MIN) of them: the calling thread
+    /// and up to `threads - 1` scoped helpers that live for that call only, each taking a contiguous
+    /// run of the items. The answer is the same either way. 1 keeps every read on the calling
+    /// thread, for a server that answers many small requests at once and wants one core each.
+    /// Default: the machine's available parallelism, at most 4; accepted: 1 to 64.
+    #[must_use]
+    pub fn read_threads(mut self, threads: usize) -> Self {
+        self.read_threads = threads;
         self
     }
 
@@ -312,6 +330,8 @@ pub(crate) struct Shared {
     /// source, scope and hash strings): freed by the next `add` while it waits for its own answer,
     /// instead of on the way to the caller's return. At most [`LEFTOVER_ITEMS_MAX`] items.
     leftovers: Mutex<Vec<ValidItem>>,
+    /// `Options::read_threads`.
+    pub(crate) read_threads: usize,
 }
 
 /// The most items whose leftovers an `add` keeps for the next one to free (about 0.5 KiB each for
@@ -580,6 +600,7 @@ impl Store {
             " bytes",
         )?;
         within("add_threads", options.add_threads, 1, ADD_THREADS_MAX, "")?;
+        within("read_threads", options.read_threads, 1, READ_THREADS_MAX, "")?;
         if let Durability::Periodic(period) = options.durability {
             if period.is_zero() {
                 return Err(Error::invalid("durability", "a Periodic duration must be above zero"));
@@ -614,6 +635,7 @@ impl Store {
             writers: AtomicUsize::new(0),
             read_since_look: AtomicBool::new(false),
             leftovers: Mutex::new(Vec::new()),
+            read_threads: options.read_threads,
         });
         shared.note_checkpoint();
         let (sender, receiver) = crossbeam_channel::unbounded();
@@ -1329,55 +1351,25 @@ fn validate_batch<F>(batch: Vec<ContextItem>, threads: usize, check: &F) -> Resu
 where
     F: Fn(usize, ContextItem) -> Result<ValidItem> + Sync,
 {
-    let threads = threads.min(batch.len() / PARALLEL_ADD_ITEMS_MIN).max(1);
-    if threads == 1 {
+    if threads.min(batch.len() / PARALLEL_ADD_ITEMS_MIN) <= 1 {
         return batch
             .into_iter()
             .enumerate()
             .map(|(position, item)| check(position, item))
             .collect();
     }
-    let per_thread = batch.len().div_ceil(threads);
-    // Each run takes its items out of its own slots: a run whose helper could not be started
-    // still finds them there, and is checked on this thread afterwards.
+    // Each item is taken out of its slot by the run that checks it.
     let mut slots: Vec<Option<ContextItem>> = batch.into_iter().map(Some).collect();
-    let run = |base: usize, slots: &mut [Option<ContextItem>]| -> Result<Vec<ValidItem>> {
-        slots
-            .iter_mut()
-            .enumerate()
-            .filter_map(|(offset, slot)| slot.take().map(|item| check(base + offset, item)))
-            .collect()
-    };
-    let mut parts: Vec<Option<Result<Vec<ValidItem>>>> = Vec::new();
-    std::thread::scope(|scope| {
-        let mut runs = slots.chunks_mut(per_thread).enumerate();
-        let first = runs.next();
-        let helpers: Vec<_> = runs
-            .map(|(k, run_slots)| {
-                std::thread::Builder::new()
-                    .name("ctxlog-add".into())
-                    .spawn_scoped(scope, move || run(k * per_thread, run_slots))
-                    .ok()
-            })
-            .collect();
-        parts.push(first.map(|(_, run_slots)| run(0, run_slots)));
-        for helper in helpers {
-            parts.push(helper.map(|handle| handle.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))));
-        }
-    });
-    let mut valid = Vec::with_capacity(slots.len());
-    for (k, part) in parts.into_iter().enumerate() {
-        let base = k * per_thread;
-        let part = match part {
-            Some(part) => part,
-            None => {
-                let end = slots.len().min(base + per_thread);
-                run(base, slots.get_mut(base..end).unwrap_or_default())
-            }
-        };
-        valid.extend(part?);
-    }
-    Ok(valid)
+    crate::parallel::map_in_runs(
+        &mut slots,
+        threads,
+        PARALLEL_ADD_ITEMS_MIN,
+        "ctxlog-add",
+        &|(): &mut (), position, slot: &mut Option<ContextItem>| match slot.take() {
+            Some(item) => check(position, item),
+            None => Err(Error::invalid("add", "an item of the batch was checked twice")),
+        },
+    )
 }
 
 fn check_session_scope(scope: &Scope, session: &str) -> Result<()> {

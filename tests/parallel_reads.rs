@@ -1,0 +1,300 @@
+//! Reads split over threads (`Options::read_threads`): a query or a resolve with many items finds and
+//! checks their records, and reads them, on several threads. Whatever the number of threads, every
+//! answer is the same, item for item and in the same order: over queries of every filter, session
+//! views, pinned snapshots, resolves of every kind of reference, content stored compressed and as it
+//! is; and damage is reported at the same item, never returned.
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use common::{clock_at, NOW};
+use ctxlog::limits::PARALLEL_READ_ITEMS_MIN;
+use ctxlog::*;
+use serde_json::json;
+
+const TYPES: [&str; 3] = ["document_chunk", "message", "tool_result"];
+
+fn open(dir: &Path, clock: &Arc<ManualClock>, read_threads: usize, compress: bool) -> Store {
+    Options::new()
+        .clock(Arc::clone(clock) as Arc<dyn Clock>)
+        .auto_compact(false)
+        .compress_content(compress)
+        .read_threads(read_threads)
+        .open(dir)
+        .expect("open store")
+}
+
+/// Item `n` of the test store: three types, three sessions and both global scopes, a confidence on
+/// some, a TTL on others, content long enough to be compressed on every third item.
+fn item(n: usize, version: &str) -> ContextItem {
+    let scope = match n % 5 {
+        0 => Scope::GlobalReadonly,
+        1 => Scope::GlobalWritable,
+        k => Scope::Session(format!("s{k}")),
+    };
+    let text = if n.is_multiple_of(3) {
+        format!("item {n} version {version} ").repeat(20)
+    } else {
+        format!("item {n} version {version}")
+    };
+    let mut item = ContextItem::new(
+        format!("item-{n:05}"),
+        TYPES[n % 3],
+        json!({"n": n, "group": n % 4, "text": text}),
+        format!("source-{}", n % 6),
+        NOW + (n as i64 / 3),
+        version,
+        scope,
+    );
+    if n.is_multiple_of(7) {
+        item.confidence = Some((n % 10) as f64 / 10.0);
+    }
+    if n.is_multiple_of(11) {
+        item.ttl_seconds = Some(60);
+    }
+    item
+}
+
+const ITEMS: usize = 3_000;
+
+/// Writes the test store: 3,000 items, a second version of every tenth, every 50th deleted, a
+/// snapshot pinned before the changes; half the batches with compression on. The clock then moves
+/// past the TTL of the items that have one.
+fn write_store(dir: &Path, clock: &Arc<ManualClock>) {
+    for (part, compress) in [(0..ITEMS / 2, true), (ITEMS / 2..ITEMS, false)] {
+        let store = open(dir, clock, 1, compress);
+        let batch: Vec<ContextItem> = part.map(|n| item(n, "1")).collect();
+        store.add(batch).expect("add");
+    }
+    let store = open(dir, clock, 1, false);
+    store.snapshot().pin("before").expect("pin");
+    store
+        .add((0..ITEMS).step_by(10).map(|n| item(n, "2")))
+        .expect("add second versions");
+    for n in (0..ITEMS).step_by(50) {
+        store.delete(&format!("item-{n:05}")).expect("delete");
+    }
+    clock.set(NOW + 600);
+}
+
+/// Every answer the reads below give, as text, in order.
+fn answers(store: &Store) -> Vec<String> {
+    let mut out = Vec::new();
+    let queries = [
+        ContextQuery::new(),
+        ContextQuery::new().types(["message"]),
+        ContextQuery::new()
+            .types(["document_chunk", "tool_result"])
+            .time_range(TimeRange::new(NOW + 100, NOW + 900).expect("range")),
+        ContextQuery::new().scopes([Scope::GlobalReadonly, Scope::Session("s2".into())]),
+        ContextQuery::new().min_confidence(0.5),
+        ContextQuery::new().limit(700),
+        ContextQuery::new().min_confidence(0.3).limit(50),
+        ContextQuery::new().content_eq("group", json!(1)),
+        ContextQuery::new().content_eq("group", json!(2)).limit(300),
+        ContextQuery::new().sources(["source-1", "source-4"]),
+    ];
+    let mut record = |label: String, items: Vec<String>| {
+        out.push(format!("{label}: {} items", items.len()));
+        out.extend(items);
+    };
+    let snapshot = store.open_snapshot("before").expect("pinned snapshot");
+    let session = store.session("s3");
+    for (k, query) in queries.iter().enumerate() {
+        let (items, stats) = store.get_with_stats(query).expect("get");
+        record(
+            format!("get {k} {stats:?}"),
+            items.iter().map(|i| format!("{i:?}")).collect(),
+        );
+        let raw = store.get_raw(query).expect("get_raw");
+        record(
+            format!("get_raw {k}"),
+            raw.into_iter().map(RawItem::into_string).collect(),
+        );
+        let items = session.get(query).expect("session get");
+        record(
+            format!("session get {k}"),
+            items.iter().map(|i| format!("{i:?}")).collect(),
+        );
+        let raw = snapshot.get_raw(query).expect("snapshot get_raw");
+        record(
+            format!("snapshot get_raw {k}"),
+            raw.into_iter().map(RawItem::into_string).collect(),
+        );
+    }
+    // Every id, an earlier version of some, versions and ids that do not exist.
+    let mut refs: Vec<String> = (0..ITEMS).map(|n| format!("item-{n:05}")).collect();
+    refs.extend((0..ITEMS).step_by(7).map(|n| format!("item-{n:05}@1")));
+    refs.extend((0..ITEMS).step_by(13).map(|n| format!("item-{n:05}@9")));
+    refs.extend((0..40).map(|n| format!("missing-{n}")));
+    let resolved = store.resolve(&refs).expect("resolve");
+    record("resolve".into(), resolved.iter().map(|r| format!("{r:?}")).collect());
+    let resolved = store.resolve_raw(&refs).expect("resolve_raw");
+    record(
+        "resolve_raw".into(),
+        resolved.iter().map(|r| format!("{r:?}")).collect(),
+    );
+    let resolved = session.resolve_raw(&refs).expect("session resolve_raw");
+    record(
+        "session resolve_raw".into(),
+        resolved.iter().map(|r| format!("{r:?}")).collect(),
+    );
+    let resolved = snapshot.resolve(&refs).expect("snapshot resolve");
+    record(
+        "snapshot resolve".into(),
+        resolved.iter().map(|r| format!("{r:?}")).collect(),
+    );
+    out
+}
+
+#[test]
+fn large_reads_answer_the_same_on_one_read_thread_and_on_four() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let clock = clock_at(NOW);
+    write_store(dir.path(), &clock);
+    let one = answers(&open(dir.path(), &clock, 1, false));
+    let four = answers(&open(dir.path(), &clock, 4, false));
+    assert_eq!(one.len(), four.len());
+    for (a, b) in one.iter().zip(&four) {
+        assert_eq!(a, b);
+    }
+    // The reads are large enough to be split over four threads (at least PARALLEL_READ_ITEMS_MIN
+    // items for each), and they returned items of every kind.
+    let everything = open(dir.path(), &clock, 1, false)
+        .get(&ContextQuery::new())
+        .expect("get");
+    assert!(
+        everything.len() >= 4 * PARALLEL_READ_ITEMS_MIN,
+        "{} items",
+        everything.len()
+    );
+    for expected in ["Found", "Expired", "Superseded", "NotFound"] {
+        assert!(
+            one.iter().any(|line| line.starts_with(expected)),
+            "no {expected} answer"
+        );
+    }
+    assert!(one.iter().any(|line| line.contains("\"version\":\"2\"")));
+}
+
+/// The record of `id` in a segment file: (start of the record, body start, body length), as
+/// `tests/raw_reads.rs` finds it.
+fn locate_record(bytes: &[u8], id: &str) -> (usize, usize, usize) {
+    let mut needle = vec![u8::try_from(id.len()).expect("short id")];
+    needle.extend_from_slice(id.as_bytes());
+    let at = bytes
+        .windows(needle.len())
+        .position(|window| window == needle)
+        .expect("the id's record is in the segment");
+    // A put body: flags, scope, timestamp, ttl, confidence, hash (58 bytes), then the id's length.
+    let body = at - 58;
+    let record = body - 9;
+    let body_len = u32::from_le_bytes(bytes[record + 1..record + 5].try_into().expect("4 bytes")) as usize;
+    (record, body, body_len)
+}
+
+fn write_at(path: &Path, at: usize, bytes: &[u8]) {
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .expect("open segment");
+    std::os::unix::fs::FileExt::write_all_at(&file, bytes, at as u64).expect("write in place");
+}
+
+/// Damaged records early and late in a large read (a flipped content byte, with the record's CRC
+/// left as it was or recomputed, so that it no longer matches the index's): one thread and four
+/// report the first damaged item of the read, and a resolve answers `HashMismatch` for exactly the
+/// damaged ids.
+#[test]
+fn damage_in_a_large_read_is_reported_at_the_same_item_on_one_thread_and_on_four() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let clock = clock_at(NOW);
+    {
+        let store = open(dir.path(), &clock, 1, false);
+        store
+            .add((0..2_000).map(|n| {
+                let mut item = item(n, "1");
+                item.ttl_seconds = None;
+                item
+            }))
+            .expect("add");
+    }
+    let path = common::segment_files(dir.path()).pop().expect("a segment");
+    let pristine = std::fs::read(&path).expect("read segment");
+    let refs: Vec<String> = (0..2_000).map(|n| format!("item-{n:05}")).collect();
+    // Flips a content byte of `id`'s record; with `fix_crc`, the record's CRC is recomputed.
+    let damage = |id: &str, fix_crc: bool| {
+        let (record, body, body_len) = locate_record(&pristine, id);
+        let at = body + body_len - 4;
+        let mut forged = pristine[body..body + body_len].to_vec();
+        forged[at - body] ^= 0x01;
+        write_at(&path, at, &[forged[at - body]]);
+        if fix_crc {
+            write_at(&path, record + 5, &crc32fast::hash(&forged).to_le_bytes());
+        }
+        record
+    };
+    let cases: [(&[(&str, bool)], &str); 4] = [
+        (&[("item-00100", false), ("item-01900", false)], "item-00100"),
+        (&[("item-00100", true), ("item-01900", false)], "item-00100"),
+        (&[("item-01900", true), ("item-01999", false)], "item-01900"),
+        (&[("item-01999", true)], "item-01999"),
+    ];
+    for (damaged, reported) in cases {
+        let records: Vec<(&str, usize)> = damaged.iter().map(|&(id, fix)| (id, damage(id, fix))).collect();
+        let context = format!("{damaged:?}");
+        let mut errors = Vec::new();
+        for threads in [1, 4] {
+            let store = open(dir.path(), &clock, threads, false);
+            for raw in [false, true] {
+                let err = if raw {
+                    store.get_raw(&ContextQuery::new()).expect_err("damage is reported")
+                } else {
+                    store.get(&ContextQuery::new()).expect_err("damage is reported")
+                };
+                let Error::Corrupt { offset, .. } = &err else {
+                    panic!("{context}: {err:?}");
+                };
+                let expected = records.iter().find(|(id, _)| *id == reported).expect("reported").1;
+                assert_eq!(*offset, expected as u64, "{context} threads {threads} raw {raw}: {err}");
+                errors.push(err.to_string());
+            }
+            let answers = store.resolve(&refs).expect("resolve");
+            let raw_answers = store.resolve_raw(&refs).expect("resolve_raw");
+            for ((reference, answer), raw) in refs.iter().zip(&answers).zip(&raw_answers) {
+                let is_damaged = damaged.iter().any(|(id, _)| id == reference);
+                assert_eq!(
+                    matches!(answer, Resolution::HashMismatch { .. }),
+                    is_damaged,
+                    "{context} threads {threads}: {reference} {answer:?}"
+                );
+                assert_eq!(
+                    matches!(raw, RawResolution::HashMismatch { .. }),
+                    is_damaged,
+                    "{context}"
+                );
+                assert!(is_damaged || matches!(answer, Resolution::Found(_)), "{context}");
+            }
+        }
+        assert_eq!(errors[..2], errors[2..], "{context}: one thread and four differ");
+        write_at(&path, 0, &pristine);
+    }
+}
+
+#[test]
+fn read_threads_out_of_range_is_invalid() {
+    for threads in [0, 65] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let err = Options::new()
+            .read_threads(threads)
+            .open(dir.path())
+            .expect_err("refused");
+        assert!(
+            matches!(&err, Error::Invalid { field, reason, .. } if field == "read_threads" && reason.contains(&threads.to_string())),
+            "{err:?}"
+        );
+        assert_eq!(std::fs::read_dir(dir.path()).expect("list").count(), 0);
+    }
+}
