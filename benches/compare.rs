@@ -642,13 +642,14 @@ fn dir_bytes(dir: &Path) -> (u64, u64) {
     total
 }
 
-/// CPU seconds the calling thread has used, user and system (`CLOCK_THREAD_CPUTIME_ID`). The read phases
-/// run on the calling thread of every engine, so on a shared machine this is the time they actually ran,
-/// whatever else was scheduled beside them.
-fn thread_cpu_secs() -> f64 {
+/// CPU seconds the worker process has used, user and system, over all its threads
+/// (`CLOCK_PROCESS_CPUTIME_ID`): on a shared machine, the time a phase actually ran, whatever else
+/// was scheduled beside it, and counting every thread an engine works on for it (ctxlog's reads of
+/// many items use helper threads, `Options::read_threads`; other engines' background threads).
+fn process_cpu_secs() -> f64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime only writes the timespec it is given.
-    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+    if unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) } != 0 {
         return f64::NAN;
     }
     #[allow(clippy::cast_precision_loss)]
@@ -666,12 +667,12 @@ impl Timer {
     fn start() -> Self {
         Timer {
             wall: Instant::now(),
-            cpu: thread_cpu_secs(),
+            cpu: process_cpu_secs(),
         }
     }
     /// (wall seconds, CPU seconds) since the start.
     fn stop(&self) -> (f64, f64) {
-        (self.wall.elapsed().as_secs_f64(), thread_cpu_secs() - self.cpu)
+        (self.wall.elapsed().as_secs_f64(), process_cpu_secs() - self.cpu)
     }
 }
 
