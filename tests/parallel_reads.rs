@@ -298,3 +298,130 @@ fn read_threads_out_of_range_is_invalid() {
         assert_eq!(std::fs::read_dir(dir.path()).expect("list").count(), 0);
     }
 }
+
+/// Large reads on four threads while compaction rewrites every segment they lie in and a writer
+/// adds more: every query returns each live item exactly as stored, raw and parsed alike, and a
+/// resolve of a thousand ids finds every one. The records are found under the index lock on the
+/// helper threads and read after it, while compaction renames new segments over the old ones.
+#[test]
+fn large_reads_on_four_threads_stay_exact_while_compaction_rewrites_their_segments() {
+    use std::collections::{HashMap, HashSet};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    const NEW_BATCHES: usize = 300;
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let clock = clock_at(NOW);
+    let store = Options::new()
+        .clock(Arc::clone(&clock) as Arc<dyn Clock>)
+        .auto_compact(false)
+        .segment_size(64 << 10)
+        .read_threads(4)
+        .open(dir.path())
+        .expect("open store");
+    let kept = |n: usize| {
+        let mut item = item(n, "1");
+        item.ttl_seconds = None;
+        item
+    };
+    let new_item = |n: usize, k: usize| kept(20_000 + n * 5 + k);
+    for chunk in 0..20 {
+        let mut batch = Vec::new();
+        for n in chunk * 100..(chunk + 1) * 100 {
+            batch.push(kept(n));
+            let mut junk = item(10_000 + n, "1");
+            junk.ttl_seconds = Some(60);
+            batch.push(junk);
+        }
+        store.add(batch).expect("preload");
+    }
+    // Every item a read may return, as stored: the preloaded live ones and the ones added below.
+    let all: HashMap<String, ContextItem> = (0..2_000)
+        .map(kept)
+        .chain(
+            (0..NEW_BATCHES)
+                .flat_map(|n| (0..5).map(move |k| (n, k)))
+                .map(|(n, k)| new_item(n, k)),
+        )
+        .map(|item| (item.id.clone(), common::stored_form(&item)))
+        .collect();
+    // Past every junk item's expiry (its timestamp plus 60 s).
+    clock.set(NOW + 5_000);
+    // Batches added below and acknowledged.
+    let acked = AtomicUsize::new(0);
+    let done = AtomicBool::new(false);
+    let refs: Vec<String> = (0..2_000).step_by(2).map(|n| format!("item-{n:05}")).collect();
+    std::thread::scope(|scope| {
+        let compactor = scope.spawn(|| {
+            let (mut compactions, mut reclaimed) = (0u64, 0u64);
+            while compactions == 0 || !done.load(Ordering::SeqCst) {
+                reclaimed += store.compact().expect("compact during reads").reclaimed_expired;
+                compactions += 1;
+            }
+            (compactions, reclaimed)
+        });
+        let reader = scope.spawn(|| {
+            let mut rounds = 0u64;
+            while rounds < 3 || !done.load(Ordering::SeqCst) {
+                // What was acknowledged before the read started must be there.
+                let must: Vec<String> = (0..2_000)
+                    .map(kept)
+                    .chain((0..acked.load(Ordering::SeqCst)).flat_map(|n| (0..5).map(move |k| new_item(n, k))))
+                    .map(|item| item.id)
+                    .collect();
+                let items = store.get(&ContextQuery::new()).expect("get during compaction");
+                let raw = store.get_raw(&ContextQuery::new()).expect("get_raw during compaction");
+                for item in &items {
+                    assert_eq!(
+                        Some(item),
+                        all.get(&item.id),
+                        "round {rounds}: {} is not as stored",
+                        item.id
+                    );
+                }
+                let got: HashSet<&str> = items.iter().map(|i| i.id.as_str()).collect();
+                assert_eq!(got.len(), items.len(), "round {rounds}: an id twice");
+                for id in &must {
+                    assert!(got.contains(id.as_str()), "round {rounds}: {id} is missing");
+                }
+                for raw in &raw {
+                    let item = raw.to_item().expect("raw JSON parses");
+                    let stored = all.get(&item.id).expect("a stored id");
+                    assert_eq!(
+                        raw.as_bytes(),
+                        serde_json::to_vec(stored).expect("JSON"),
+                        "round {rounds}, raw"
+                    );
+                }
+                assert!(raw.len() >= must.len(), "round {rounds}: get_raw lacks items");
+                let answers = store.resolve(&refs).expect("resolve during compaction");
+                for (reference, answer) in refs.iter().zip(&answers) {
+                    let Resolution::Found(item) = answer else {
+                        panic!("round {rounds}: {reference} resolves to {answer:?}");
+                    };
+                    assert_eq!(Some(item), all.get(reference), "round {rounds}");
+                }
+                rounds += 1;
+            }
+            rounds
+        });
+        for n in 0..NEW_BATCHES {
+            store
+                .add((0..5).map(|k| new_item(n, k)))
+                .expect("add during compaction");
+            acked.store(n + 1, Ordering::SeqCst);
+        }
+        done.store(true, Ordering::SeqCst);
+        let (compactions, reclaimed) = compactor.join().expect("compactor");
+        let rounds = reader.join().expect("reader");
+        assert!(
+            compactions >= 1 && rounds >= 3,
+            "{compactions} compactions, {rounds} rounds"
+        );
+        assert_eq!(reclaimed, 2_000, "every junk item reclaimed once");
+    });
+    // Compaction reclaimed every expired item, and what is left is exactly the live set.
+    let items = store.get(&ContextQuery::new()).expect("get");
+    assert_eq!(items.len(), all.len());
+    assert!(items.iter().all(|item| all.get(&item.id) == Some(item)));
+    assert!(store.verify().expect("verify").is_ok());
+}
