@@ -95,6 +95,9 @@ fn answers(store: &Store) -> Vec<String> {
         ContextQuery::new().content_eq("group", json!(1)),
         ContextQuery::new().content_eq("group", json!(2)).limit(300),
         ContextQuery::new().sources(["source-1", "source-4"]),
+        ContextQuery::new().newest_first(),
+        ContextQuery::new().types(["tool_result"]).newest_first().limit(400),
+        ContextQuery::new().min_confidence(0.2).newest_first(),
     ];
     let mut record = |label: String, items: Vec<String>| {
         out.push(format!("{label}: {} items", items.len()));
@@ -424,4 +427,103 @@ fn large_reads_on_four_threads_stay_exact_while_compaction_rewrites_their_segmen
     assert_eq!(items.len(), all.len());
     assert!(items.iter().all(|item| all.get(&item.id) == Some(item)));
     assert!(store.verify().expect("verify").is_ok());
+}
+
+/// A query shape drawn by the property test below.
+#[derive(Debug, Clone)]
+struct Shape {
+    types: Option<Vec<usize>>,
+    window: Option<(i64, i64)>,
+    session: Option<usize>,
+    min_confidence: Option<f64>,
+    limit: Option<usize>,
+    newest_first: bool,
+}
+
+fn shape() -> impl proptest::strategy::Strategy<Value = Shape> {
+    use proptest::prelude::*;
+    (
+        proptest::option::of(proptest::collection::vec(0..3usize, 1..3)),
+        proptest::option::of((0..400i64, 0..400i64)),
+        proptest::option::of(2..5usize),
+        proptest::option::of(0.0..1.0f64),
+        proptest::option::of(1..900usize),
+        any::<bool>(),
+    )
+        .prop_map(|(types, window, session, min_confidence, limit, newest_first)| Shape {
+            types,
+            window: window.map(|(a, b)| (a.min(b), a.max(b))),
+            session,
+            min_confidence,
+            limit,
+            newest_first,
+        })
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
+
+    /// Over stores of 300 to 1,200 items and any query shape, a store reading on four threads
+    /// answers `get`, `get_raw` and `resolve` exactly as one reading on one thread.
+    #[test]
+    fn any_query_answers_the_same_on_one_read_thread_and_on_four(
+        len in 300..1_200usize,
+        shapes in proptest::collection::vec(shape(), 1..6),
+    ) {
+        let clock = clock_at(NOW);
+        let dirs = [tempfile::tempdir().expect("temp dir"), tempfile::tempdir().expect("temp dir")];
+        let stores: Vec<Store> = dirs
+            .iter()
+            .zip([1, 4])
+            .map(|(dir, threads)| {
+                let store = Options::new()
+                    .clock(Arc::clone(&clock) as Arc<dyn Clock>)
+                    .durability(Durability::Never)
+                    .auto_compact(false)
+                    .read_threads(threads)
+                    .open(dir.path())
+                    .expect("open store");
+                store.add((0..len).map(|n| item(n, "1"))).expect("add");
+                store
+            })
+            .collect();
+        clock.set(NOW + 200);
+        for shape in &shapes {
+            let mut query = ContextQuery::new();
+            if let Some(types) = &shape.types {
+                query = query.types(types.iter().map(|&t| TYPES[t]));
+            }
+            if let Some((start, end)) = shape.window {
+                query = query.time_range(TimeRange::new(NOW + start, NOW + end).expect("range"));
+            }
+            if let Some(min) = shape.min_confidence {
+                query = query.min_confidence(min);
+            }
+            if let Some(limit) = shape.limit {
+                query = query.limit(limit);
+            }
+            if shape.newest_first {
+                query = query.newest_first();
+            }
+            let answers: Vec<(Vec<ContextItem>, Vec<String>)> = stores
+                .iter()
+                .map(|store| match shape.session {
+                    Some(s) => {
+                        let view = store.session(&format!("s{s}"));
+                        let raw = view.get_raw(&query).expect("get_raw");
+                        (view.get(&query).expect("get"), raw.into_iter().map(RawItem::into_string).collect())
+                    }
+                    None => {
+                        let raw = store.get_raw(&query).expect("get_raw");
+                        (store.get(&query).expect("get"), raw.into_iter().map(RawItem::into_string).collect())
+                    }
+                })
+                .collect();
+            proptest::prop_assert_eq!(&answers[0], &answers[1], "{:?}", shape);
+        }
+        let refs: Vec<String> = (0..len + 20).map(|n| format!("item-{n:05}")).collect();
+        let one = stores[0].resolve_raw(&refs).expect("resolve_raw");
+        let four = stores[1].resolve_raw(&refs).expect("resolve_raw");
+        proptest::prop_assert_eq!(format!("{one:?}"), format!("{four:?}"));
+    }
 }
