@@ -182,30 +182,6 @@ fn large_reads_answer_the_same_on_one_read_thread_and_on_four() {
     assert!(one.iter().any(|line| line.contains("\"version\":\"2\"")));
 }
 
-/// The record of `id` in a segment file: (start of the record, body start, body length), as
-/// `tests/raw_reads.rs` finds it.
-fn locate_record(bytes: &[u8], id: &str) -> (usize, usize, usize) {
-    let mut needle = vec![u8::try_from(id.len()).expect("short id")];
-    needle.extend_from_slice(id.as_bytes());
-    let at = bytes
-        .windows(needle.len())
-        .position(|window| window == needle)
-        .expect("the id's record is in the segment");
-    // A put body: flags, scope, timestamp, ttl, confidence, hash (58 bytes), then the id's length.
-    let body = at - 58;
-    let record = body - 9;
-    let body_len = u32::from_le_bytes(bytes[record + 1..record + 5].try_into().expect("4 bytes")) as usize;
-    (record, body, body_len)
-}
-
-fn write_at(path: &Path, at: usize, bytes: &[u8]) {
-    let file = std::fs::OpenOptions::new()
-        .write(true)
-        .open(path)
-        .expect("open segment");
-    std::os::unix::fs::FileExt::write_all_at(&file, bytes, at as u64).expect("write in place");
-}
-
 /// Damaged records early and late in a large read (a flipped content byte, with the record's CRC
 /// left as it was or recomputed, so that it no longer matches the index's): one thread and four
 /// report the first damaged item of the read, and a resolve answers `HashMismatch` for exactly the
@@ -229,13 +205,13 @@ fn damage_in_a_large_read_is_reported_at_the_same_item_on_one_thread_and_on_four
     let refs: Vec<String> = (0..2_000).map(|n| format!("item-{n:05}")).collect();
     // Flips a content byte of `id`'s record; with `fix_crc`, the record's CRC is recomputed.
     let damage = |id: &str, fix_crc: bool| {
-        let (record, body, body_len) = locate_record(&pristine, id);
+        let (record, body, body_len) = common::locate_record(&pristine, id);
         let at = body + body_len - 4;
         let mut forged = pristine[body..body + body_len].to_vec();
         forged[at - body] ^= 0x01;
-        write_at(&path, at, &[forged[at - body]]);
+        common::write_at(&path, at, &[forged[at - body]]);
         if fix_crc {
-            write_at(&path, record + 5, &crc32fast::hash(&forged).to_le_bytes());
+            common::write_at(&path, record + 5, &crc32fast::hash(&forged).to_le_bytes());
         }
         record
     };
@@ -282,7 +258,7 @@ fn damage_in_a_large_read_is_reported_at_the_same_item_on_one_thread_and_on_four
             }
         }
         assert_eq!(errors[..2], errors[2..], "{context}: one thread and four differ");
-        write_at(&path, 0, &pristine);
+        common::write_at(&path, 0, &pristine);
     }
 }
 

@@ -664,26 +664,6 @@ fn pinned_snapshots_give_the_same_raw_bytes_after_compaction_and_reopen() {
     assert_same_resolves(&current, &store.resolve(&before.refs).expect("resolve"), "after unpin");
 }
 
-/// The record of `id` in a segment file: (start of the record, body start, body length).
-fn locate_record(bytes: &[u8], id: &str) -> (usize, usize, usize) {
-    let mut needle = vec![u8::try_from(id.len()).expect("short id")];
-    needle.extend_from_slice(id.as_bytes());
-    let at = find(bytes, &needle).expect("the id's record is in the segment");
-    // A put body: flags, scope, timestamp, ttl, confidence, hash (58 bytes), then the id's length.
-    let body = at - 58;
-    let record = body - 9;
-    let body_len = u32::from_le_bytes(bytes[record + 1..record + 5].try_into().expect("4 bytes")) as usize;
-    (record, body, body_len)
-}
-
-fn write_at(path: &Path, at: usize, bytes: &[u8]) {
-    let file = std::fs::OpenOptions::new()
-        .write(true)
-        .open(path)
-        .expect("open segment");
-    std::os::unix::fs::FileExt::write_all_at(&file, bytes, at as u64).expect("write in place");
-}
-
 #[test]
 fn damaged_records_are_reported_never_returned_through_raw_reads() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -746,11 +726,11 @@ fn damaged_records_are_reported_never_returned_through_raw_reads() {
     };
 
     // 1. A flipped content byte: the record CRC no longer matches.
-    let (_, body, body_len) = locate_record(&pristine, "plain");
+    let (_, body, body_len) = common::locate_record(&pristine, "plain");
     let content_at = body + body_len - 20;
-    write_at(&path, content_at, &[pristine[content_at] ^ 0x01]);
+    common::write_at(&path, content_at, &[pristine[content_at] ^ 0x01]);
     check("plain", "flipped content byte, stored as it is");
-    write_at(&path, content_at, &[pristine[content_at]]);
+    common::write_at(&path, content_at, &[pristine[content_at]]);
     assert_same_items(
         &store.get_raw(&query).expect("get_raw"),
         &store.get(&query).expect("get"),
@@ -758,33 +738,33 @@ fn damaged_records_are_reported_never_returned_through_raw_reads() {
     );
 
     // 2. The same flip with the record CRC recomputed: only the content's SHA-256 can tell.
-    let (record, body, body_len) = locate_record(&pristine, "plain");
+    let (record, body, body_len) = common::locate_record(&pristine, "plain");
     let at = find(&pristine[body..body + body_len], plain_text.as_bytes()).expect("plain text stored") + body + 10;
     let replacement = if pristine[at] == b'a' { b'b' } else { b'a' };
     let mut forged = pristine[body..body + body_len].to_vec();
     forged[at - body] = replacement;
-    write_at(&path, at, &[replacement]);
-    write_at(&path, record + 5, &crc32fast::hash(&forged).to_le_bytes());
+    common::write_at(&path, at, &[replacement]);
+    common::write_at(&path, record + 5, &crc32fast::hash(&forged).to_le_bytes());
     check("plain", "content changed under a valid record CRC");
-    write_at(&path, record, &pristine[record..body + body_len]);
+    common::write_at(&path, record, &pristine[record..body + body_len]);
 
     // 3. The compressed record: a byte of its LZ4 block, CRC recomputed, and then not.
-    let (record, body, body_len) = locate_record(&pristine, "packed");
+    let (record, body, body_len) = common::locate_record(&pristine, "packed");
     let at = body + body_len - 3;
     let mut forged = pristine[body..body + body_len].to_vec();
     forged[at - body] ^= 0x20;
-    write_at(&path, at, &[forged[at - body]]);
+    common::write_at(&path, at, &[forged[at - body]]);
     check("packed", "compressed content changed, CRC intact");
-    write_at(&path, record + 5, &crc32fast::hash(&forged).to_le_bytes());
+    common::write_at(&path, record + 5, &crc32fast::hash(&forged).to_le_bytes());
     check("packed", "compressed content changed under a valid record CRC");
-    write_at(&path, record, &pristine[record..body + body_len]);
+    common::write_at(&path, record, &pristine[record..body + body_len]);
 
     // 4. A byte outside the content (the source): CRC.
-    let (_, body, _) = locate_record(&pristine, "healthy");
+    let (_, body, _) = common::locate_record(&pristine, "healthy");
     let source_at = find(&pristine[body..], b"unit_tests").expect("source stored") + body;
-    write_at(&path, source_at, b"U");
+    common::write_at(&path, source_at, b"U");
     check("healthy", "damaged source");
-    write_at(&path, source_at, &pristine[source_at..source_at + 1]);
+    common::write_at(&path, source_at, &pristine[source_at..source_at + 1]);
 
     assert_eq!(std::fs::read(&path).expect("read"), pristine, "the file is whole again");
     assert_same_items(

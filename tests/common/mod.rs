@@ -197,3 +197,27 @@ pub fn segment_files(dir: &Path) -> Vec<PathBuf> {
     files.sort();
     files
 }
+
+/// The record of `id` in a segment file: (start of the record, body start, body length).
+pub fn locate_record(bytes: &[u8], id: &str) -> (usize, usize, usize) {
+    let mut needle = vec![u8::try_from(id.len()).expect("short id")];
+    needle.extend_from_slice(id.as_bytes());
+    let at = bytes
+        .windows(needle.len())
+        .position(|window| window == needle)
+        .expect("the id's record is in the segment");
+    // A put body: flags, scope, timestamp, ttl, confidence, hash (58 bytes), then the id's length.
+    let body = at - 58;
+    let record = body - 9;
+    let body_len = u32::from_le_bytes(bytes[record + 1..record + 5].try_into().expect("4 bytes")) as usize;
+    (record, body, body_len)
+}
+
+/// Overwrites `bytes` at offset `at` of the file at `path`, in place (a store may have it open).
+pub fn write_at(path: &Path, at: usize, bytes: &[u8]) {
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .expect("open segment");
+    std::os::unix::fs::FileExt::write_all_at(&file, bytes, at as u64).expect("write in place");
+}
