@@ -436,22 +436,24 @@ struct Held {
 }
 
 impl Held {
-    /// Holds segment number `number` of `index` (under its lock), if it is not held yet. A read's
-    /// records mostly come from one segment or a few, in runs: the last one held is looked at first.
-    fn hold(&mut self, index: &Index, number: u32) {
-        if self.get(number).is_none() {
-            if let Some(segment) = index.segments.get(&number) {
-                self.segments.push((number, Arc::clone(segment)));
-            }
+    /// Holds the segment of `index` (under its lock) that `located`'s record lies in, if it is not
+    /// held yet, and notes in `located` where. A read's records mostly come from one segment or a
+    /// few, in runs: the last one held is looked at first.
+    fn hold(&mut self, index: &Index, located: &mut Located) {
+        let number = located.segment;
+        if let Some(at) = self.segments.iter().rposition(|(held, _)| *held == number) {
+            located.held_at = at;
+        } else if let Some(segment) = index.segments.get(&number) {
+            self.segments.push((number, Arc::clone(segment)));
+            located.held_at = self.segments.len() - 1;
         }
     }
 
-    /// The held segment numbered `number`.
-    fn get(&self, number: u32) -> Option<&Arc<Segment>> {
+    /// The held segment `located`'s record lies in.
+    fn get(&self, located: &Located) -> Option<&Arc<Segment>> {
         self.segments
-            .iter()
-            .rev()
-            .find_map(|(held, segment)| (*held == number).then_some(segment))
+            .get(located.held_at)
+            .and_then(|(number, segment)| (*number == located.segment).then_some(segment))
     }
 }
 
@@ -464,8 +466,10 @@ type Finish<'a, T> = dyn Fn(&mut Vec<u8>, &PutView<'_>) -> Result<T, DecodeError
 /// lock: [`Located::finish`] does it after the lock is released, so that long reads do not hold
 /// back the writer's publication.
 struct Located {
-    /// The record's segment's number, held in the read's [`Held`].
+    /// The number of the record's segment.
     segment: u32,
+    /// Where the read's [`Held`] holds that segment (set by [`Held::hold`]).
+    held_at: usize,
     offset: u32,
     len: u32,
     /// The record's bytes when they were copied out of the segment (an unmapped part of the active
@@ -487,6 +491,7 @@ impl Located {
         };
         Ok(Located {
             segment: location.segment,
+            held_at: usize::MAX,
             offset: location.offset,
             len: location.len,
             copied,
@@ -501,7 +506,7 @@ impl Located {
         held: &Held,
         read: impl FnOnce(&PutView<'_>) -> Result<R, DecodeError>,
     ) -> Result<R, ReadFailure> {
-        let Some(segment) = held.get(self.segment) else {
+        let Some(segment) = held.get(self) else {
             return Err(ReadFailure::Io(Error::invalid(
                 "read",
                 "a located record's segment is not held",
@@ -958,8 +963,8 @@ impl Snapshot {
             (found.into_iter().flatten().collect(), stats)
         };
         let mut held = Held::default();
-        for located in &found {
-            held.hold(&index, located.segment);
+        for located in &mut found {
+            held.hold(&index, located);
         }
         drop(index);
         self.shared.count_query(stats.examined);
@@ -1038,8 +1043,8 @@ impl Snapshot {
         }
         let mut held = Held::default();
         let mut find = |entry: &VersionEntry| {
-            let located = Located::find(&index, entry)?;
-            held.hold(&index, located.segment);
+            let mut located = Located::find(&index, entry)?;
+            held.hold(&index, &mut located);
             Ok(located)
         };
         let mut found = parsed
