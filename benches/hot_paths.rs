@@ -10,7 +10,8 @@
 use std::hint::black_box;
 use std::sync::Arc;
 
-use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use criterion::measurement::WallTime;
+use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkGroup, Criterion, Throughput};
 use ctxlog::bench::{decode_frame_records, IndexInput, PutRecords};
 use ctxlog::{canonical_json, ContextItem, ContextQuery, Durability, ManualClock, Options, Scope, Store, TimeRange};
 
@@ -92,6 +93,32 @@ fn write_path(c: &mut Criterion) {
     group.finish();
 }
 
+/// Benchmarks `get` (as `name`) and `get_raw` (as `name_raw`) of document_chunk items in random
+/// windows of `seconds` over the loaded items.
+fn bench_windows(group: &mut BenchmarkGroup<'_, WallTime>, name: &str, store: &Store, seconds: u64) {
+    let window = |q: u64| {
+        let start = BASE_TS + i64::try_from(mix(q) % (LOADED - seconds)).expect("fits");
+        let end = start + i64::try_from(seconds).expect("fits") - 1;
+        ContextQuery::new()
+            .types(["document_chunk"])
+            .time_range(TimeRange::new(start, end).expect("range"))
+    };
+    let mut q = 0u64;
+    group.bench_function(name, |b| {
+        b.iter(|| {
+            q += 1;
+            black_box(store.get(&window(q)).expect("get"))
+        });
+    });
+    let mut q = 0u64;
+    group.bench_function(format!("{name}_raw"), |b| {
+        b.iter(|| {
+            q += 1;
+            black_box(store.get_raw(&window(q)).expect("get_raw"))
+        });
+    });
+}
+
 fn read_path(c: &mut Criterion) {
     let (_dir, store) = loaded();
     let mut i = 0u64;
@@ -114,52 +141,14 @@ fn read_path(c: &mut Criterion) {
     let mut group = c.benchmark_group("query");
     // ~100 document_chunk items (40% of a 250-second window).
     group.throughput(Throughput::Elements(100));
-    let window = |q: u64| {
-        let start = BASE_TS + i64::try_from(mix(q) % (LOADED - 250)).expect("fits");
-        ContextQuery::new()
-            .types(["document_chunk"])
-            .time_range(TimeRange::new(start, start + 249).expect("range"))
-    };
-    let mut q = 0u64;
-    group.bench_function("type_and_window_100_items", |b| {
-        b.iter(|| {
-            q += 1;
-            black_box(store.get(&window(q)).expect("get"))
-        });
-    });
-    let mut q = 0u64;
-    group.bench_function("type_and_window_100_items_raw", |b| {
-        b.iter(|| {
-            q += 1;
-            black_box(store.get_raw(&window(q)).expect("get_raw"))
-        });
-    });
+    bench_windows(&mut group, "type_and_window_100_items", &store, 250);
     group.finish();
     // ~1,000 items, P4's size: read on the default `read_threads` and on one thread.
     let (_one_dir, one_thread) = loaded_with(options().read_threads(1));
     let mut group = c.benchmark_group("query_1000");
     group.throughput(Throughput::Elements(1000));
-    let window = |q: u64| {
-        let start = BASE_TS + i64::try_from(mix(q) % (LOADED - 2_500)).expect("fits");
-        ContextQuery::new()
-            .types(["document_chunk"])
-            .time_range(TimeRange::new(start, start + 2_499).expect("range"))
-    };
     for (name, store) in [("default_read_threads", &store), ("one_read_thread", &one_thread)] {
-        let mut q = 0u64;
-        group.bench_function(format!("type_and_window_{name}"), |b| {
-            b.iter(|| {
-                q += 1;
-                black_box(store.get(&window(q)).expect("get"))
-            });
-        });
-        let mut q = 0u64;
-        group.bench_function(format!("type_and_window_{name}_raw"), |b| {
-            b.iter(|| {
-                q += 1;
-                black_box(store.get_raw(&window(q)).expect("get_raw"))
-            });
-        });
+        bench_windows(&mut group, &format!("type_and_window_{name}"), store, 2_500);
     }
     group.finish();
     // Planning alone: the query's checks, its filters interned, the smallest candidate set chosen

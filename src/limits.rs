@@ -22,15 +22,15 @@ pub const BATCH_ITEMS_MAX: usize = 1 << 20;
 pub const ADD_THREADS_MAX: usize = 64;
 /// The default `Options::add_threads` is the machine's available parallelism, at most this.
 pub const ADD_THREADS_DEFAULT_MAX: usize = 4;
-/// Items a batch needs before `Store::add` splits its validation over more than one thread: below
-/// this, starting a helper costs more than it saves.
+/// The fewest items each thread validating one `Store::add` batch takes (a batch uses a second
+/// thread from twice this many on): for fewer, starting a helper costs more than it saves.
 pub const PARALLEL_ADD_ITEMS_MIN: usize = 256;
 /// The largest `Options::read_threads` accepted.
 pub const READ_THREADS_MAX: usize = 64;
 /// The default `Options::read_threads` is the machine's available parallelism, at most this.
 pub const READ_THREADS_DEFAULT_MAX: usize = 4;
-/// Items a query or a resolve needs before it reads them on more than one thread, and the fewest
-/// each thread takes: below this, starting a helper costs more than it saves.
+/// The fewest items each thread of a split query or resolve takes (a read uses a second thread
+/// from twice this many on): for fewer, starting a helper costs more than it saves.
 pub const PARALLEL_READ_ITEMS_MIN: usize = 128;
 /// Default size at which a segment is sealed and a new one started (64 MiB).
 pub const SEGMENT_BYTES_DEFAULT: u64 = 64 << 20;

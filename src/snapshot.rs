@@ -13,7 +13,6 @@ use crate::limits::PARALLEL_READ_ITEMS_MIN;
 use crate::log::record::{decode_checked_record, decode_record, DecodeError, PutView, RecordView, ScopeView};
 use crate::log::segment::Segment;
 use crate::log::writer::Op;
-use crate::parallel::map_in_runs;
 use crate::query::{self, scope_visible, ContextQuery, QueryStats, ViewBounds};
 use crate::store::Shared;
 
@@ -906,6 +905,23 @@ impl Snapshot {
         Ok(items)
     }
 
+    /// Maps `f` over the items of one read, in order, on up to `Options::read_threads` threads when
+    /// there are enough of them ([`map_in_runs`](crate::parallel::map_in_runs)); each run has its own
+    /// `S` (a scratch buffer).
+    fn read_in_runs<X: Send, Y: Send, S: Default>(
+        &self,
+        items: &mut [X],
+        f: &(dyn Fn(&mut S, &mut X) -> Result<Y> + Sync),
+    ) -> Result<Vec<Y>> {
+        crate::parallel::map_in_runs(
+            items,
+            self.shared.read_threads,
+            PARALLEL_READ_ITEMS_MIN,
+            "ctxlog-read",
+            &|scratch: &mut S, _, item: &mut X| f(scratch, item),
+        )
+    }
+
     /// Runs `query` at this view's bounds. Under the index lock it walks the index and finds and
     /// checks each candidate's record, filtering on confidence, which the record's header holds;
     /// after releasing the lock it turns each into an item with `finish`, which also applies the
@@ -937,7 +953,6 @@ impl Snapshot {
             self.shared.count_query(result.1.examined);
             return Ok(result);
         }
-        let threads = self.shared.read_threads;
         let (mut found, mut stats) = if query.limit.is_some() && query.min_confidence.is_some() {
             // Which candidates fill the limit is known only once their records are read.
             let fetch = |version: &VersionEntry| -> Result<Option<Located>> {
@@ -950,16 +965,10 @@ impl Snapshot {
             // records are found and checked afterwards, still under the lock, on up to
             // `read_threads` threads.
             let (mut candidates, stats) = query::run(&index, query, &bounds, &|version| Ok(Some(*version)))?;
-            let found: Vec<Option<Located>> = map_in_runs(
-                &mut candidates,
-                threads,
-                PARALLEL_READ_ITEMS_MIN,
-                "ctxlog-read",
-                &|(): &mut (), _, version: &mut VersionEntry| {
-                    let located = Located::find(&index, version)?;
-                    Ok(query::confidence_passes(query, located.confidence).then_some(located))
-                },
-            )?;
+            let found: Vec<Option<Located>> = self.read_in_runs(&mut candidates, &|(): &mut (), version| {
+                let located = Located::find(&index, version)?;
+                Ok(query::confidence_passes(query, located.confidence).then_some(located))
+            })?;
             (found.into_iter().flatten().collect(), stats)
         };
         let mut held = Held::default();
@@ -968,13 +977,9 @@ impl Snapshot {
         }
         drop(index);
         self.shared.count_query(stats.examined);
-        let items = map_in_runs(
-            &mut found,
-            threads,
-            PARALLEL_READ_ITEMS_MIN,
-            "ctxlog-read",
-            &|scratch: &mut Vec<u8>, _, located: &mut Located| Ok(located.finish(&held, |put| finish(scratch, put))?),
-        )?;
+        let items = self.read_in_runs(&mut found, &|scratch: &mut Vec<u8>, located| {
+            Ok(located.finish(&held, |put| finish(scratch, put))?)
+        })?;
         let items: Vec<T> = items.into_iter().flatten().collect();
         stats.returned = items.len() as u64;
         Ok((items, stats))
@@ -1052,13 +1057,9 @@ impl Snapshot {
             .map(|(id, version)| self.resolve_one(&index, at, id, *version, &mut find))
             .collect::<Result<Vec<_>>>()?;
         drop(index);
-        let answers = map_in_runs(
-            &mut found,
-            self.shared.read_threads,
-            PARALLEL_READ_ITEMS_MIN,
-            "ctxlog-read",
-            &|scratch: &mut Vec<u8>, _, found: &mut Answer<Located>| found.read(&held, |put| read(scratch, put)),
-        )?;
+        let answers = self.read_in_runs(&mut found, &|scratch: &mut Vec<u8>, found| {
+            found.read(&held, |put| read(scratch, put))
+        })?;
         Ok(answers
             .into_iter()
             .zip(parsed)

@@ -163,10 +163,11 @@ impl Options {
         self
     }
 
-    /// How many threads [`Store::add`] may use to validate, hash and encode one batch of at least
-    /// [`PARALLEL_ADD_ITEMS_MIN`](crate::limits::PARALLEL_ADD_ITEMS_MIN) items: the calling thread
-    /// and up to `threads - 1` scoped helpers that live for that call only. 1 keeps every batch on
-    /// the calling thread. Default: the machine's available parallelism, at most 4; accepted: 1 to
+    /// How many threads [`Store::add`] may use to validate, hash and encode one batch: the calling
+    /// thread and up to `threads - 1` scoped helpers that live for that call only, each taking a
+    /// contiguous run of at least [`PARALLEL_ADD_ITEMS_MIN`](crate::limits::PARALLEL_ADD_ITEMS_MIN)
+    /// items (so a batch uses a second thread from twice that many on). 1 keeps every batch on the
+    /// calling thread. Default: the machine's available parallelism, at most 4; accepted: 1 to
     /// 64.
     #[must_use]
     pub fn add_threads(mut self, threads: usize) -> Self {
@@ -174,12 +175,13 @@ impl Options {
         self
     }
 
-    /// How many threads a query ([`Store::get`], [`Store::get_raw`]) or a resolve of many references
-    /// may use to read its items once the index lock is released (each record's content checked
-    /// against its SHA-256, then parsed or written out as JSON), when there are at least
-    /// [`PARALLEL_READ_ITEMS_MIN`](crate::limits::PARALLEL_READ_ITEMS_MIN) of them: the calling thread
-    /// and up to `threads - 1` scoped helpers that live for that call only, each taking a contiguous
-    /// run of the items. The answer is the same either way. 1 keeps every read on the calling
+    /// How many threads a query ([`Store::get`], [`Store::get_raw`]) may use to find and check its
+    /// items' records (under the index lock) and to read its items (after it: each record's content
+    /// checked against its SHA-256, then parsed or written out as JSON); a resolve of many
+    /// references splits the reading. The calling thread and up to `threads - 1` scoped helpers
+    /// that live for that call only each take a contiguous run of at least
+    /// [`PARALLEL_READ_ITEMS_MIN`](crate::limits::PARALLEL_READ_ITEMS_MIN) items (so a read uses a
+    /// second thread from twice that many on). The answer is the same either way. 1 keeps every read on the calling
     /// thread, for a server that answers many small requests at once and wants one core each.
     /// Default: the machine's available parallelism, at most 4; accepted: 1 to 64.
     #[must_use]

@@ -79,6 +79,16 @@ fn write_store(dir: &Path, clock: &Arc<ManualClock>) {
     clock.set(NOW + 600);
 }
 
+/// Each answer as its `Debug` text, in order.
+fn lines<T: std::fmt::Debug>(answers: &[T]) -> Vec<String> {
+    answers.iter().map(|answer| format!("{answer:?}")).collect()
+}
+
+/// Each raw item as its JSON, in order.
+fn json_lines(items: Vec<RawItem>) -> Vec<String> {
+    items.into_iter().map(RawItem::into_string).collect()
+}
+
 /// Every answer the reads below give, as text, in order.
 fn answers(store: &Store) -> Vec<String> {
     let mut out = Vec::new();
@@ -99,32 +109,26 @@ fn answers(store: &Store) -> Vec<String> {
         ContextQuery::new().types(["tool_result"]).newest_first().limit(400),
         ContextQuery::new().min_confidence(0.2).newest_first(),
     ];
-    let mut record = |label: String, items: Vec<String>| {
-        out.push(format!("{label}: {} items", items.len()));
-        out.extend(items);
+    let mut record = |label: String, answers: Vec<String>| {
+        out.push(format!("{label}: {} items", answers.len()));
+        out.extend(answers);
     };
     let snapshot = store.open_snapshot("before").expect("pinned snapshot");
     let session = store.session("s3");
     for (k, query) in queries.iter().enumerate() {
         let (items, stats) = store.get_with_stats(query).expect("get");
-        record(
-            format!("get {k} {stats:?}"),
-            items.iter().map(|i| format!("{i:?}")).collect(),
-        );
-        let raw = store.get_raw(query).expect("get_raw");
+        record(format!("get {k} {stats:?}"), lines(&items));
         record(
             format!("get_raw {k}"),
-            raw.into_iter().map(RawItem::into_string).collect(),
+            json_lines(store.get_raw(query).expect("get_raw")),
         );
-        let items = session.get(query).expect("session get");
         record(
             format!("session get {k}"),
-            items.iter().map(|i| format!("{i:?}")).collect(),
+            lines(&session.get(query).expect("session get")),
         );
-        let raw = snapshot.get_raw(query).expect("snapshot get_raw");
         record(
             format!("snapshot get_raw {k}"),
-            raw.into_iter().map(RawItem::into_string).collect(),
+            json_lines(snapshot.get_raw(query).expect("snapshot get_raw")),
         );
     }
     // Every id, an earlier version of some, versions and ids that do not exist.
@@ -132,22 +136,18 @@ fn answers(store: &Store) -> Vec<String> {
     refs.extend((0..ITEMS).step_by(7).map(|n| format!("item-{n:05}@1")));
     refs.extend((0..ITEMS).step_by(13).map(|n| format!("item-{n:05}@9")));
     refs.extend((0..40).map(|n| format!("missing-{n}")));
-    let resolved = store.resolve(&refs).expect("resolve");
-    record("resolve".into(), resolved.iter().map(|r| format!("{r:?}")).collect());
-    let resolved = store.resolve_raw(&refs).expect("resolve_raw");
+    record("resolve".into(), lines(&store.resolve(&refs).expect("resolve")));
     record(
         "resolve_raw".into(),
-        resolved.iter().map(|r| format!("{r:?}")).collect(),
+        lines(&store.resolve_raw(&refs).expect("resolve_raw")),
     );
-    let resolved = session.resolve_raw(&refs).expect("session resolve_raw");
     record(
         "session resolve_raw".into(),
-        resolved.iter().map(|r| format!("{r:?}")).collect(),
+        lines(&session.resolve_raw(&refs).expect("session resolve_raw")),
     );
-    let resolved = snapshot.resolve(&refs).expect("snapshot resolve");
     record(
         "snapshot resolve".into(),
-        resolved.iter().map(|r| format!("{r:?}")).collect(),
+        lines(&snapshot.resolve(&refs).expect("snapshot resolve")),
     );
     out
 }
