@@ -17,7 +17,7 @@ use crate::index::{
 use crate::item::{Scope, TypeSpec};
 use crate::log::record::Cursor;
 use crate::log::writer::sync_dir;
-use crate::storage::{append_prepared, Storage};
+use crate::storage::{append_prepared, Allocation, Storage, StorageFile};
 use crate::store::Shared;
 
 /// The magic bytes that open every checkpoint file.
@@ -73,17 +73,47 @@ pub(crate) struct Loaded {
     pub(crate) index: Index,
 }
 
-fn put_u8_str(out: &mut Vec<u8>, s: &str) {
+/// Where an encoded checkpoint body goes: a buffer ([`Vec`]), a byte counter ([`Count`]), or a file
+/// in bounded steps ([`Stream`]). The method names are `Vec`'s, so the encoder reads as if it wrote
+/// into one.
+trait Sink {
+    fn extend_from_slice(&mut self, bytes: &[u8]);
+    fn push(&mut self, byte: u8) {
+        self.extend_from_slice(&[byte]);
+    }
+}
+
+impl Sink for Vec<u8> {
+    fn extend_from_slice(&mut self, bytes: &[u8]) {
+        Vec::extend_from_slice(self, bytes);
+    }
+    fn push(&mut self, byte: u8) {
+        Vec::push(self, byte);
+    }
+}
+
+/// Counts the bytes of a body without keeping them: the length a streamed checkpoint's header
+/// needs before its body is written.
+#[derive(Default)]
+struct Count(u64);
+
+impl Sink for Count {
+    fn extend_from_slice(&mut self, bytes: &[u8]) {
+        self.0 += bytes.len() as u64;
+    }
+}
+
+fn put_u8_str(out: &mut impl Sink, s: &str) {
     out.push(u8::try_from(s.len()).unwrap_or(u8::MAX));
     out.extend_from_slice(s.as_bytes());
 }
 
-fn put_u16_str(out: &mut Vec<u8>, s: &str) {
+fn put_u16_str(out: &mut impl Sink, s: &str) {
     out.extend_from_slice(&u16::try_from(s.len()).unwrap_or(u16::MAX).to_le_bytes());
     out.extend_from_slice(s.as_bytes());
 }
 
-fn put_count(out: &mut Vec<u8>, n: usize) {
+fn put_count(out: &mut impl Sink, n: usize) {
     out.extend_from_slice(&u32::try_from(n).unwrap_or(u32::MAX).to_le_bytes());
 }
 
@@ -115,7 +145,7 @@ fn encode_body(index: &Index, segments: &[SegmentMark]) -> Vec<u8> {
 }
 
 /// The uncompressed body of a checkpoint of `index`: the part that needs the index (and its lock).
-fn encode_body_into(body: &mut Vec<u8>, index: &Index, segments: &[SegmentMark]) {
+fn encode_body_into(body: &mut impl Sink, index: &Index, segments: &[SegmentMark]) {
     put_count(body, segments.len());
     for mark in segments {
         body.extend_from_slice(&mark.number.to_le_bytes());
@@ -170,9 +200,14 @@ fn encode_body_into(body: &mut Vec<u8>, index: &Index, segments: &[SegmentMark])
         body.extend_from_slice(&deletes.to_le_bytes());
     }
     // One pass over the versions: forgotten slots are left out and the others renumbered by rank,
-    // their rows written, and the type and scope sets' sizes counted.
-    let kept_at = body.len();
-    body.extend_from_slice(&0u32.to_le_bytes());
+    // their rows written, and the type and scope sets' sizes counted. Their number goes first, so
+    // it is counted first: a body streamed to its file cannot be patched afterwards.
+    let kept_count = index
+        .slots
+        .iter()
+        .filter(|version| version.state() != VersionState::Forgotten)
+        .count();
+    put_count(body, kept_count);
     let mut renumber = Vec::with_capacity(index.slots.len());
     let mut kept = 0u32;
     let mut per_type = vec![0u32; index.kinds.len()];
@@ -194,9 +229,7 @@ fn encode_body_into(body: &mut Vec<u8>, index: &Index, segments: &[SegmentMark])
             }
         }
     }
-    if let Some(slot) = body.get_mut(kept_at..kept_at + 4) {
-        slot.copy_from_slice(&kept.to_le_bytes());
-    }
+    debug_assert_eq!(usize::try_from(kept).ok(), Some(kept_count));
     // The time set in full; the type and scope sets are the same order filtered, so only their
     // sizes are stored.
     let slots = index.by_time.sorted_slots(&index.slots);
@@ -216,7 +249,7 @@ fn encode_body_into(body: &mut Vec<u8>, index: &Index, segments: &[SegmentMark])
 /// The id names as the name arena holds them (front-coded, see [`NameArena`]): the shared and
 /// stored lengths of each id's name, then the chunks of stored parts (each at most
 /// [`crate::index::NAME_CHUNK`] bytes), copied whole.
-fn put_names(body: &mut Vec<u8>, index: &Index) {
+fn put_names(body: &mut impl Sink, index: &Index) {
     let (parts, chunks) = index.name_arena().parts_and_chunks();
     for part in parts {
         body.extend_from_slice(part);
@@ -241,19 +274,7 @@ fn seal(seq: u64, body: &[u8]) -> Vec<u8> {
 /// Turns `file`, a header's worth of space followed by a body, into the checkpoint file for `seq`:
 /// fills in the header and appends the CRC. Needs no lock, and copies nothing.
 fn seal_in_place(seq: u64, file: &mut Vec<u8>) {
-    let body_len = (file.len().saturating_sub(CHECKPOINT_HEADER_BYTES) as u64).to_le_bytes();
-    let mut header = [0u8; CHECKPOINT_HEADER_BYTES];
-    for (at, field) in [
-        (0, &CHECKPOINT_MAGIC[..]),
-        (8, &CHECKPOINT_VERSION.to_le_bytes()[..]),
-        (12, &0u32.to_le_bytes()[..]),
-        (16, &seq.to_le_bytes()[..]),
-        (24, &body_len[..]),
-    ] {
-        if let Some(slot) = header.get_mut(at..at + field.len()) {
-            slot.copy_from_slice(field);
-        }
-    }
+    let header = header(seq, file.len().saturating_sub(CHECKPOINT_HEADER_BYTES) as u64);
     if let Some(slot) = file.get_mut(..CHECKPOINT_HEADER_BYTES) {
         slot.copy_from_slice(&header);
     }
@@ -261,11 +282,118 @@ fn seal_in_place(seq: u64, file: &mut Vec<u8>) {
     file.extend_from_slice(&crc.to_le_bytes());
 }
 
+/// The header of the checkpoint for `seq` whose body is `body_len` bytes.
+fn header(seq: u64, body_len: u64) -> [u8; CHECKPOINT_HEADER_BYTES] {
+    let mut header = [0u8; CHECKPOINT_HEADER_BYTES];
+    for (at, field) in [
+        (0, &CHECKPOINT_MAGIC[..]),
+        (8, &CHECKPOINT_VERSION.to_le_bytes()[..]),
+        (12, &0u32.to_le_bytes()[..]),
+        (16, &seq.to_le_bytes()[..]),
+        (24, &body_len.to_le_bytes()[..]),
+    ] {
+        if let Some(slot) = header.get_mut(at..at + field.len()) {
+            slot.copy_from_slice(field);
+        }
+    }
+    header
+}
+
+/// Bytes a streamed checkpoint gathers before each write to its file.
+const STREAM_STEP: usize = 1 << 20;
+
+/// A checkpoint on its way to its file in steps of about `step` bytes, with the CRC of all it
+/// wrote. The first failed write is kept, and nothing is written after it.
+struct Stream<'a> {
+    file: &'a mut dyn StorageFile,
+    step: usize,
+    buffer: Vec<u8>,
+    crc: crc32fast::Hasher,
+    written: u64,
+    /// The longest write so far: about `step`, the bound on the stream's memory.
+    largest: usize,
+    failed: Option<std::io::Error>,
+}
+
+impl Stream<'_> {
+    fn flush(&mut self) {
+        if self.failed.is_none() && !self.buffer.is_empty() {
+            self.crc.update(&self.buffer);
+            match self.file.append(&self.buffer) {
+                Ok(()) => {
+                    self.written += self.buffer.len() as u64;
+                    self.largest = self.largest.max(self.buffer.len());
+                }
+                Err(e) => self.failed = Some(e),
+            }
+        }
+        self.buffer.clear();
+    }
+}
+
+impl Sink for Stream<'_> {
+    fn extend_from_slice(&mut self, bytes: &[u8]) {
+        self.buffer.extend_from_slice(bytes);
+        if self.buffer.len() >= self.step {
+            self.flush();
+        }
+    }
+}
+
+/// Writes the checkpoint of `index` over `segments` to a new file at `tmp`, synced, in steps of
+/// `step` bytes: the same bytes as [`encode`] without a buffer of the checkpoint's size (tens of
+/// megabytes for a store of a few hundred thousand items). The body is encoded twice, first only
+/// to count its bytes, which the header gives before it. Returns the file's length and its longest
+/// write.
+fn stream(
+    storage: &dyn Storage,
+    tmp: &Path,
+    index: &Index,
+    segments: &[SegmentMark],
+    step: usize,
+) -> Result<(u64, usize)> {
+    let writing = |e| Error::io(format!("writing {}", tmp.display()), e);
+    let mut count = Count::default();
+    encode_body_into(&mut count, index, segments);
+    let body_end = CHECKPOINT_HEADER_BYTES as u64 + count.0;
+    let mut file = storage
+        .create(tmp)
+        .map_err(|e| Error::io(format!("creating {}", tmp.display()), e))?;
+    file.allocate(body_end + 4, Allocation::Reserved).map_err(writing)?;
+    file.prepare(0, body_end + 4);
+    let mut stream = Stream {
+        file: file.as_mut(),
+        step,
+        buffer: Vec::with_capacity(step + VERSION_BYTES),
+        crc: crc32fast::Hasher::new(),
+        written: 0,
+        largest: 0,
+        failed: None,
+    };
+    stream.extend_from_slice(&header(index.seq, count.0));
+    encode_body_into(&mut stream, index, segments);
+    stream.flush();
+    let (written, largest, crc) = (stream.written, stream.largest, stream.crc.clone().finalize());
+    if let Some(e) = stream.failed.take() {
+        return Err(writing(e));
+    }
+    if written != body_end {
+        return Err(writing(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("the body came to {written} bytes where counting it gave {body_end}"),
+        )));
+    }
+    file.append(&crc.to_le_bytes()).map_err(writing)?;
+    file.sync_all()
+        .map_err(|e| Error::io(format!("syncing {}", tmp.display()), e))?;
+    Ok((body_end + 4, largest))
+}
+
 /// One version, 72 bytes: seq_created u64, seq_ended u64 (u64::MAX while open), timestamp i64,
 /// expires_at i64 (i64::MAX for never), segment, offset, length, id, generation, version tag (16
 /// bits, the high half zero), scope, source (u32 each), type u16, state u8, a zero byte, and the
 /// record's body CRC (u32).
-fn encode_version(body: &mut Vec<u8>, index: &Index, version: &VersionEntry) {
+fn encode_version(body: &mut impl Sink, index: &Index, version: &VersionEntry) {
     // Built whole on the stack and appended with one copy: a million rows are encoded under the
     // index lock.
     let mut row = [0u8; VERSION_BYTES];
@@ -794,32 +922,13 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Loaded, String> {
     Ok(Loaded { seq, segments, index })
 }
 
-/// Writes a checkpoint of the index as it is now. With `sync_log`, the log is synced first up to
-/// at least the checkpoint's sequence number, so that a checkpoint never gets ahead of the log.
-pub(crate) fn write(shared: &Shared, sync_log: bool) -> Result<u64> {
-    // The file's buffer is sized and its pages touched before the lock is taken for the encoding,
-    // so that writers do not wait for the page faults of tens of megabytes of fresh memory. What
-    // the log gains in between (a few batches) fits in the slack; more only grows the buffer.
-    let capacity = {
-        let index = shared.read_index();
-        CHECKPOINT_HEADER_BYTES + body_capacity(&index) + 4
-    };
-    let capacity = capacity + capacity / 16;
-    // Written, not just allocated: `vec![0; n]` would map zero pages that fault on first write.
-    #[allow(clippy::slow_vector_initialization)]
-    let mut file = {
-        let mut file = Vec::with_capacity(capacity);
-        file.resize(capacity, 0);
-        file
-    };
-    file.clear();
-    file.extend_from_slice(&[0; CHECKPOINT_HEADER_BYTES]);
+/// Runs `f` on the index once no group applied to it ahead of its fsync is waiting to be published:
+/// a checkpoint taken before would hold versions past its sequence number, which loading refuses.
+/// The wait is bounded (the maintenance thread tries again later).
+fn with_published_index<T>(shared: &Shared, f: impl FnOnce(&Index, Vec<SegmentMark>) -> T) -> Result<T> {
     let waiting_since = std::time::Instant::now();
-    let seq = loop {
+    loop {
         let index = shared.read_index();
-        // A bulk group applied ahead of its fsync is published once that fsync returns: a
-        // checkpoint taken before would hold versions past its sequence number, which loading
-        // refuses. Wait for it, a bounded time (the maintenance thread tries again later).
         if !index.unpublished.is_none() {
             if index.unpublished.failed {
                 return Err(Error::Poisoned {
@@ -845,9 +954,37 @@ pub(crate) fn write(shared: &Shared, sync_log: bool) -> Result<u64> {
                 len: segment.published_len(),
             })
             .collect();
-        encode_body_into(&mut file, &index, &marks);
-        break index.seq;
+        return Ok(f(&index, marks));
+    }
+}
+
+/// Writes a checkpoint of the index as it is now. With `sync_log`, the log is synced first up to
+/// at least the checkpoint's sequence number, so that a checkpoint never gets ahead of the log.
+///
+/// The checkpoint is encoded into a buffer of its size under the index's read lock and written
+/// after it, so that writers wait for the encoding only; [`write_streamed`] needs no such buffer.
+pub(crate) fn write(shared: &Shared, sync_log: bool) -> Result<u64> {
+    // The file's buffer is sized and its pages touched before the lock is taken for the encoding,
+    // so that writers do not wait for the page faults of tens of megabytes of fresh memory. What
+    // the log gains in between (a few batches) fits in the slack; more only grows the buffer.
+    let capacity = {
+        let index = shared.read_index();
+        CHECKPOINT_HEADER_BYTES + body_capacity(&index) + 4
     };
+    let capacity = capacity + capacity / 16;
+    // Written, not just allocated: `vec![0; n]` would map zero pages that fault on first write.
+    #[allow(clippy::slow_vector_initialization)]
+    let mut file = {
+        let mut file = Vec::with_capacity(capacity);
+        file.resize(capacity, 0);
+        file
+    };
+    file.clear();
+    file.extend_from_slice(&[0; CHECKPOINT_HEADER_BYTES]);
+    let seq = with_published_index(shared, |index, marks| {
+        encode_body_into(&mut file, index, &marks);
+        index.seq
+    })?;
     // The header and the checksum are filled in after the lock is released.
     seal_in_place(seq, &mut file);
     let bytes = file;
@@ -861,10 +998,26 @@ pub(crate) fn write(shared: &Shared, sync_log: bool) -> Result<u64> {
     Ok(seq)
 }
 
+/// Writes a checkpoint of the index as it is now, as [`write`] does but streamed to its file in
+/// steps of [`STREAM_STEP`] bytes, under the index's read lock: for a store that is closing, whose
+/// log is synced and which no writer uses any more. Its memory is bounded by the step instead of
+/// the checkpoint's size.
+pub(crate) fn write_streamed(shared: &Shared) -> Result<u64> {
+    let storage = &*shared.storage;
+    let (seq, len) = with_published_index(shared, |index, marks| {
+        let tmp = shared.dir.join(format!("{}.tmp", checkpoint_file_name(index.seq)));
+        stream(storage, &tmp, index, &marks, STREAM_STEP).map(|(len, _)| (index.seq, len))
+    })??;
+    publish(storage, &shared.dir, seq)?;
+    shared
+        .last_checkpoint_bytes
+        .store(len, std::sync::atomic::Ordering::Relaxed);
+    Ok(seq)
+}
+
 /// Writes `bytes` as the checkpoint for `seq`: temporary file, sync, rename, sync the directory;
 /// then removes older checkpoints.
 pub(crate) fn install(storage: &dyn Storage, dir: &Path, seq: u64, bytes: &[u8]) -> Result<()> {
-    let path = dir.join(checkpoint_file_name(seq));
     let tmp = dir.join(format!("{}.tmp", checkpoint_file_name(seq)));
     let mut file = storage
         .create(&tmp)
@@ -873,6 +1026,14 @@ pub(crate) fn install(storage: &dyn Storage, dir: &Path, seq: u64, bytes: &[u8])
     file.sync_all()
         .map_err(|e| Error::io(format!("syncing {}", tmp.display()), e))?;
     drop(file);
+    publish(storage, dir, seq)
+}
+
+/// Renames the synced temporary file of the checkpoint for `seq` into place, syncs the directory,
+/// then removes older checkpoints.
+fn publish(storage: &dyn Storage, dir: &Path, seq: u64) -> Result<()> {
+    let path = dir.join(checkpoint_file_name(seq));
+    let tmp = dir.join(format!("{}.tmp", checkpoint_file_name(seq)));
     storage
         .rename(&tmp, &path)
         .map_err(|e| Error::io(format!("renaming {}", tmp.display()), e))?;
@@ -923,6 +1084,113 @@ mod tests {
             len: 1000,
         }];
         (index, marks)
+    }
+
+    /// An index of 3,000 versions of 1,500 ids, with deletes and a forgotten version: a body of
+    /// a few hundred kilobytes, across many name chunks.
+    fn many_ids() -> (Index, Vec<SegmentMark>) {
+        let mut index = Index::default();
+        let mut seq = 0;
+        for n in 0..1500u64 {
+            for version in ["1", "2"] {
+                seq += 1;
+                let id = format!(
+                    "id-{:06}-{}",
+                    n * 7919 % 1500,
+                    "x".repeat(usize::try_from(n % 40).unwrap_or(0))
+                );
+                index.apply_put(seq, &crate::index::tests::put(&id, version, 10), HERE);
+            }
+        }
+        for n in (0..1500u64).step_by(97) {
+            seq += 1;
+            let id = format!(
+                "id-{:06}-{}",
+                n * 7919 % 1500,
+                "x".repeat(usize::try_from(n % 40).unwrap_or(0))
+            );
+            assert!(index.apply_delete(seq, &id));
+        }
+        assert!(index.forget(5));
+        index.unlink_from_sets(5);
+        index.purge_sets();
+        index.seq = seq;
+        let marks = (1..=3)
+            .map(|number| SegmentMark {
+                number,
+                rewrites: number - 1,
+                len: 1000 * u64::from(number),
+            })
+            .collect();
+        (index, marks)
+    }
+
+    #[test]
+    fn a_streamed_checkpoint_is_byte_for_byte_the_buffered_one_whatever_its_step() {
+        let dir = Path::new("/store");
+        for (index, marks) in [two_ids(), many_ids()] {
+            let buffered = encode(&index, &marks);
+            for step in [1, 7, 4096, STREAM_STEP] {
+                let disk = crate::storage::SimDisk::new();
+                disk.create_dir_all(dir).expect("dir");
+                let tmp = dir.join("streamed.tmp");
+                let (len, largest) = stream(&disk, &tmp, &index, &marks, step).expect("streamed");
+                let streamed = disk.file_bytes(&tmp).expect("the file is there");
+                assert_eq!(len, buffered.len() as u64, "step {step}");
+                // A step ends at the first put that reaches it: a row, or at most a chunk of names.
+                assert!(
+                    largest <= step + NAME_CHUNK + 4,
+                    "step {step}: a write of {largest} bytes"
+                );
+                if buffered.len() > 2 * (step + NAME_CHUNK + 4) {
+                    assert!(largest < buffered.len() / 2, "step {step}: written in one piece");
+                }
+                assert!(
+                    streamed == buffered,
+                    "step {step}: the streamed bytes differ from the buffered ones"
+                );
+                let loaded = decode(&streamed).expect("the streamed checkpoint loads");
+                assert_eq!(loaded.seq, index.seq);
+                assert_eq!(loaded.segments, marks);
+                assert_eq!(loaded.index.id_count(), index.id_count());
+            }
+        }
+    }
+
+    #[test]
+    fn a_streamed_checkpoint_reports_a_failed_write_and_writes_nothing_after_it() {
+        let (index, marks) = many_ids();
+        let whole = encode(&index, &marks).len();
+        for fault in [crate::storage::Fault::Io, crate::storage::Fault::ShortWrite] {
+            let disk = crate::storage::SimDisk::new();
+            disk.create_dir_all(Path::new("/store")).expect("dir");
+            let tmp = Path::new("/store/streamed.tmp");
+            disk.record_calls(true);
+            // create, allocate, then the appends: the third of them fails.
+            let first = disk.calls();
+            disk.fail(first + 4, first + 4, fault);
+            let error = stream(&disk, tmp, &index, &marks, 4096).expect_err("a write failed");
+            assert!(
+                error.to_string().contains("writing /store/streamed.tmp"),
+                "{fault:?}: {error}"
+            );
+            let appends = disk
+                .call_log()
+                .iter()
+                .filter(|call| call.kind == crate::storage::CallKind::Append)
+                .count();
+            assert_eq!(appends, 3, "{fault:?}: appends went on after the failed one");
+            // The file holds the two steps written before the failure (and what a short write left),
+            // then the zeros allocated ahead: it does not load.
+            let left = disk.file_bytes(tmp).unwrap_or_default();
+            assert_eq!(left.len(), whole, "{fault:?}: allocated as long as the checkpoint");
+            assert!(whole > 64 * 4096, "the test index is too small: {whole} bytes");
+            assert!(
+                left[whole / 2..].iter().all(|byte| *byte == 0),
+                "{fault:?}: bytes past the failure"
+            );
+            assert!(decode(&left).is_err(), "{fault:?}: a torn checkpoint loads");
+        }
     }
 
     #[test]

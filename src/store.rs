@@ -540,7 +540,7 @@ impl Drop for StoreInner {
             match handle.join() {
                 // The log is whole and synced: a checkpoint spares the next open a full replay.
                 Ok(true) => {
-                    if let Err(e) = checkpoint::write(&self.shared, false) {
+                    if let Err(e) = checkpoint::write_streamed(&self.shared) {
                         tracing::warn!("writing the checkpoint at close failed: {e}");
                     }
                 }
