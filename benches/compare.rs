@@ -35,7 +35,7 @@ const THREADS: u64 = 8;
 // Workload W1: see benches/w1/mod.rs.
 
 mod w1;
-use w1::{item, mix, peak_rss_kib, BASE_TS, TYPES};
+use w1::{item, mix, peak_rss_kib, rss_kinds_kib, BASE_TS, TYPES};
 
 // ---------------------------------------------------------------------------------------------
 
@@ -718,6 +718,22 @@ fn p4_query(q: u64, n: u64) -> (&'static str, i64, i64) {
     (kind, start, start + i64::try_from(width).unwrap_or(0) - 1)
 }
 
+/// The largest anonymous and file-backed resident sizes seen at the ends of the phases: what the
+/// peak RSS (VmHWM, which the kernel keeps for the total only) is made of.
+#[derive(Default)]
+struct RssKinds {
+    anon_kib: u64,
+    file_kib: u64,
+}
+
+impl RssKinds {
+    fn sample(&mut self) {
+        let (anon, file) = rss_kinds_kib();
+        self.anon_kib = self.anon_kib.max(anon);
+        self.file_kib = self.file_kib.max(file);
+    }
+}
+
 #[allow(clippy::too_many_lines)]
 fn worker(engine: &str, run: u64, n: u64, dir: &Path, phases: &[String]) -> Res<Value> {
     let has = |p: &str| phases.iter().any(|x| x == p);
@@ -750,6 +766,9 @@ fn worker(engine: &str, run: u64, n: u64, dir: &Path, phases: &[String]) -> Res<
     out.insert("p1_items_s".into(), json!(to_f64(n) / secs));
     out.insert("p1_mb_s".into(), json!(to_f64(load_logical) / secs / 1e6));
     eprintln!("[{engine} run {run}] P1 {:.0} items/s", to_f64(n) / secs);
+
+    let mut rss = RssKinds::default();
+    rss.sample();
 
     // P2: durable single-item adds, from one thread, then from 8 threads at once.
     let mut total = n;
@@ -818,6 +837,8 @@ fn worker(engine: &str, run: u64, n: u64, dir: &Path, phases: &[String]) -> Res<
     out.insert("items_total".into(), json!(total));
     out.insert("logical_bytes".into(), json!(logical));
 
+    rss.sample();
+
     // P6: footprint, live, after the loads.
     if has("p6") {
         // Allocated blocks (what `du` shows): fjall preallocates its journals sparsely (32 MiB apparent).
@@ -867,6 +888,8 @@ fn worker(engine: &str, run: u64, n: u64, dir: &Path, phases: &[String]) -> Res<
         );
     }
 
+    rss.sample();
+
     // P4: typed time-window queries, parsed, then the same queries raw.
     if has("p4") {
         let mut secs = [0.0; 2];
@@ -897,6 +920,8 @@ fn worker(engine: &str, run: u64, n: u64, dir: &Path, phases: &[String]) -> Res<
         );
     }
 
+    rss.sample();
+
     // P5: close, then reopen until the first resolve answers.
     if has("p5") {
         let started = Instant::now();
@@ -917,6 +942,7 @@ fn worker(engine: &str, run: u64, n: u64, dir: &Path, phases: &[String]) -> Res<
         out.insert("p6_ratio_after_reopen".into(), json!(to_f64(bytes) / to_f64(logical)));
         eprintln!("[{engine} run {run}] P5 reopen {secs:.3} s");
     }
+    rss.sample();
     db.extra(&mut out);
 
     // P7: expire half the items and reclaim the space.
@@ -942,8 +968,11 @@ fn worker(engine: &str, run: u64, n: u64, dir: &Path, phases: &[String]) -> Res<
         }
         eprintln!("[{engine} run {run}] P7 expire {expire:.3} s, reclaim {reclaim:.3} s, {bytes} bytes after");
     }
+    rss.sample();
     drop(db);
     out.insert("rss_peak_kib".into(), json!(peak_rss_kib()));
+    out.insert("rss_anon_phase_max_kib".into(), json!(rss.anon_kib));
+    out.insert("rss_file_phase_max_kib".into(), json!(rss.file_kib));
     out.insert(
         "loadavg_end".into(),
         json!(std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim()),
@@ -1156,7 +1185,7 @@ struct Row {
     decimals: usize,
 }
 
-const ROWS: [Row; 28] = [
+const ROWS: [Row; 30] = [
     row("p1", "P1 bulk load, items/s", "p1_items_s", true, 1.0, 0),
     row("p1", "P1 bulk load, MB/s of JSON", "p1_mb_s", true, 1.0, 1),
     row("p2", "P2 1 thread, durable adds/s", "p2_ops_s", true, 1.0, 0),
@@ -1220,6 +1249,22 @@ const ROWS: [Row; 28] = [
     ),
     row("", "index bytes/item (stats)", "index_bytes_per_item", false, 1.0, 1),
     row("", "peak RSS, MiB", "rss_peak_kib", false, 1.0 / 1024.0, 0),
+    row(
+        "",
+        "of it: anonymous RSS, largest at a phase's end, MiB",
+        "rss_anon_phase_max_kib",
+        false,
+        1.0 / 1024.0,
+        0,
+    ),
+    row(
+        "",
+        "of it: file-backed RSS (mapped files), largest at a phase's end, MiB",
+        "rss_file_phase_max_kib",
+        false,
+        1.0 / 1024.0,
+        0,
+    ),
 ];
 
 const fn row(

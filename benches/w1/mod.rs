@@ -94,6 +94,20 @@ pub fn peak_rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
+/// The process's resident set now, in KiB: anonymous memory (heap, stacks) and file-backed pages
+/// (mapped files, the binary), from /proc (zeros where it does not tell).
+pub fn rss_kinds_kib() -> (u64, u64) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+            .unwrap_or(0)
+    };
+    (field("RssAnon:"), field("RssFile:"))
+}
+
 /// A store for durable single adds in `dir`: `Durability::Immediate`, a `ManualClock` at
 /// [`BASE_TS`] (no W1 item expires), no background compaction.
 pub fn open_durable(dir: &std::path::Path) -> ctxlog::Result<ctxlog::Store> {
