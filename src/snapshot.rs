@@ -321,7 +321,7 @@ fn damaged(index: &Index, version: &VersionEntry, reason: String) -> ReadFailure
 /// Reads the item stored for `version`, checking the record's CRC, that it is the version the index
 /// says it is, and the content's SHA-256.
 pub(crate) fn read_item(index: &Index, version: &VersionEntry) -> Result<ContextItem, ReadFailure> {
-    with_record(index, version, |put| item_of(put, &mut Vec::new()))
+    with_record(index, version, None, |put| item_of(put, &mut Vec::new()))
 }
 
 /// The item of a put whose record passed [`checked_put`]: its content decompressed (into
@@ -373,22 +373,30 @@ fn check_content(put: &PutView<'_>, canonical: &[u8]) -> Result<(), DecodeError>
     }
 }
 
-/// Reads the put record stored for `version`, checks it ([`checked_put`]) and hands it to `read`,
-/// whose error means damage too.
+/// Reads the put record stored for `version`, checks it ([`checked_put`], against `asked_id` when
+/// the read asked for an id) and hands it to `read`, whose error means damage too.
 fn with_record<R>(
     index: &Index,
     version: &VersionEntry,
+    asked_id: Option<&str>,
     read: impl FnOnce(&PutView<'_>) -> Result<R, DecodeError>,
 ) -> Result<R, ReadFailure> {
     let (_, bytes) = record_bytes(index, version)?;
-    let put = checked_put(index, version, &bytes)?;
+    let put = checked_put(index, version, asked_id, &bytes)?;
     read(&put).map_err(|e| damaged(index, version, e.0))
 }
 
 /// Decodes the record `bytes` read at `version`'s location, checking its CRC and that it is the put
 /// the index points at (body CRC, id, timestamp, version tag, and the rest of the metadata the index
-/// keeps).
-fn checked_put<'b>(index: &Index, version: &VersionEntry, bytes: &'b [u8]) -> Result<PutView<'b>, ReadFailure> {
+/// keeps). The record's id is compared with `asked_id` when the read asked for one (a resolve, whose
+/// lookup compared the index's name for the id with it already), else with the index's name for
+/// `version`'s id, which is rebuilt from its front-coded parts for the comparison.
+fn checked_put<'b>(
+    index: &Index,
+    version: &VersionEntry,
+    asked_id: Option<&str>,
+    bytes: &'b [u8],
+) -> Result<PutView<'b>, ReadFailure> {
     if record_crc_at(bytes, 0) != version.location.crc {
         return Err(damaged(
             index,
@@ -404,7 +412,11 @@ fn checked_put<'b>(index: &Index, version: &VersionEntry, bytes: &'b [u8]) -> Re
             "the index points at a record that is not an item".into(),
         ));
     };
-    if !index.id_name_is(version.id, put.id) || version_tag(put.version) != version.version_tag() {
+    let id_matches = match asked_id {
+        Some(asked) => put.id == asked,
+        None => index.id_name_is(version.id, put.id),
+    };
+    if !id_matches || version_tag(put.version) != version.version_tag() {
         return Err(damaged(
             index,
             version,
@@ -478,12 +490,12 @@ struct Located {
 }
 
 impl Located {
-    /// Finds `version`'s record and checks it against the index. The caller holds its segment
-    /// ([`Held::hold`]) before it releases the lock.
-    fn find(index: &Index, version: &VersionEntry) -> Result<Located, ReadFailure> {
+    /// Finds `version`'s record and checks it against the index (and `asked_id`, as
+    /// [`checked_put`]). The caller holds its segment ([`Held::hold`]) before it releases the lock.
+    fn find(index: &Index, version: &VersionEntry, asked_id: Option<&str>) -> Result<Located, ReadFailure> {
         let location = version.location;
         let (_, bytes) = record_bytes(index, version)?;
-        let confidence = checked_put(index, version, &bytes)?.confidence;
+        let confidence = checked_put(index, version, asked_id, &bytes)?.confidence;
         let copied = match bytes {
             std::borrow::Cow::Borrowed(_) => None,
             std::borrow::Cow::Owned(bytes) => Some(bytes),
@@ -940,7 +952,7 @@ impl Snapshot {
         if query.limit.is_some() && query::filters_content(query) {
             let scratch = std::cell::RefCell::new(Vec::new());
             let fetch = |version: &VersionEntry| {
-                with_record(&index, version, |put| {
+                with_record(&index, version, None, |put| {
                     if query::confidence_passes(query, put.confidence) {
                         finish(&mut scratch.borrow_mut(), put)
                     } else {
@@ -956,7 +968,7 @@ impl Snapshot {
         let (mut found, mut stats) = if query.limit.is_some() && query.min_confidence.is_some() {
             // Which candidates fill the limit is known only once their records are read.
             let fetch = |version: &VersionEntry| -> Result<Option<Located>> {
-                let located = Located::find(&index, version)?;
+                let located = Located::find(&index, version, None)?;
                 Ok(query::confidence_passes(query, located.confidence).then_some(located))
             };
             query::run(&index, query, &bounds, &fetch)?
@@ -966,7 +978,7 @@ impl Snapshot {
             // `read_threads` threads.
             let (mut candidates, stats) = query::run(&index, query, &bounds, &|version| Ok(Some(*version)))?;
             let found: Vec<Option<Located>> = self.read_in_runs(&mut candidates, &|(): &mut (), version| {
-                let located = Located::find(&index, version)?;
+                let located = Located::find(&index, version, None)?;
                 Ok(query::confidence_passes(query, located.confidence).then_some(located))
             })?;
             (found.into_iter().flatten().collect(), stats)
@@ -1036,7 +1048,8 @@ impl Snapshot {
         let at = self.at(&index);
         if refs.len() <= READ_UNDER_LOCK {
             let mut scratch = Vec::new();
-            let mut read = |entry: &VersionEntry| with_record(&index, entry, |put| read(&mut scratch, put));
+            let mut read =
+                |entry: &VersionEntry, id: &str| with_record(&index, entry, Some(id), |put| read(&mut scratch, put));
             return parsed
                 .into_iter()
                 .zip(&refs)
@@ -1047,8 +1060,8 @@ impl Snapshot {
                 .collect();
         }
         let mut held = Held::default();
-        let mut find = |entry: &VersionEntry| {
-            let mut located = Located::find(&index, entry)?;
+        let mut find = |entry: &VersionEntry, id: &str| {
+            let mut located = Located::find(&index, entry, Some(id))?;
             held.hold(&index, &mut located);
             Ok(located)
         };
@@ -1076,7 +1089,7 @@ impl Snapshot {
         (seq, now): (u64, i64),
         id: &str,
         version: Option<&str>,
-        read: &mut dyn FnMut(&VersionEntry) -> Result<X, ReadFailure>,
+        read: &mut dyn FnMut(&VersionEntry, &str) -> Result<X, ReadFailure>,
     ) -> Result<Answer<X>> {
         let not_found = || Ok(Answer::NotFound);
         let Some(visible) = index.visible(id, seq) else {
@@ -1099,7 +1112,7 @@ impl Snapshot {
                 expired_at: index.expires_at(latest),
             });
         }
-        let mut read = |entry: &VersionEntry| ReadFailure::or_mismatch(read(entry));
+        let mut read = |entry: &VersionEntry| ReadFailure::or_mismatch(read(entry, id));
         let Some(asked) = version else {
             return Ok(read(latest)?.map_or_else(|mismatch| mismatch, Answer::Found));
         };
@@ -1220,6 +1233,64 @@ fn parse_reference(reference: &str) -> Result<(&str, Option<&str>)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A put record of `id` as the index's test puts describe it (same metadata for every id).
+    fn record_of(id: &str) -> Vec<u8> {
+        let template = crate::index::tests::put(id, "1", 10);
+        crate::log::record::encode_put(&crate::log::record::PutRef {
+            id,
+            kind: template.kind,
+            version: template.version,
+            scope: &Scope::GlobalWritable,
+            source: template.source,
+            timestamp: template.timestamp,
+            ttl_seconds: None,
+            confidence: None,
+            hash: &template.hash,
+            content: template.content,
+            compress: false,
+        })
+    }
+
+    /// An index that points "aa"'s version at a record of "ab" and gives it that record's CRC (as an
+    /// index bug would) is caught by the id check, whether the read asked for "aa" (a resolve,
+    /// compared with the asked id) or not (a query, compared with the index's name); the record
+    /// of "aa" itself passes both ways.
+    #[test]
+    fn a_record_of_another_id_is_refused_with_or_without_an_asked_id() {
+        let here = crate::index::Location {
+            segment: 1,
+            offset: 32,
+            len: 0,
+            crc: 0,
+        };
+        let mut index = Index::default();
+        index.apply_put(1, &crate::index::tests::put("aa", "1", 10), here);
+        index.apply_put(2, &crate::index::tests::put("ab", "1", 10), here);
+        let aa = index.slot(0).expect("aa's version");
+        for (record_id, passes) in [("aa", true), ("ab", false)] {
+            let bytes = record_of(record_id);
+            let mut version = aa;
+            version.location.len = u32::try_from(bytes.len()).expect("len");
+            version.location.crc = record_crc_at(&bytes, 0);
+            for asked in [Some("aa"), None] {
+                match checked_put(&index, &version, asked, &bytes) {
+                    Ok(put) => assert!(
+                        passes && put.id == "aa",
+                        "a record of {record_id:?} passed, asked {asked:?}"
+                    ),
+                    Err(ReadFailure::Damaged(error)) => {
+                        assert!(!passes, "the record of aa refused, asked {asked:?}: {error}");
+                        assert!(
+                            error.to_string().contains("not the version the index expects"),
+                            "{error}"
+                        );
+                    }
+                    Err(ReadFailure::Io(error)) => panic!("no I/O here: {error}"),
+                }
+            }
+        }
+    }
 
     #[test]
     fn references_parse() {
