@@ -34,6 +34,11 @@ pub(crate) fn checkpoint_file_name(seq: u64) -> String {
     format!("checkpoint-{seq:020}.idx")
 }
 
+/// The temporary file a checkpoint as of `seq` is written to before it is renamed into place.
+fn checkpoint_tmp_path(dir: &Path, seq: u64) -> PathBuf {
+    dir.join(format!("{}.tmp", checkpoint_file_name(seq)))
+}
+
 fn parse_checkpoint_file_name(name: &str) -> Option<u64> {
     let digits = name.strip_prefix("checkpoint-")?.strip_suffix(".idx")?;
     if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
@@ -81,6 +86,11 @@ trait Sink {
     fn push(&mut self, byte: u8) {
         self.extend_from_slice(&[byte]);
     }
+    /// Bytes put so far.
+    fn position(&self) -> u64;
+    /// Writes `bytes` over those put at `at`, which a [`Stream`] can do only while they are still
+    /// in its buffer.
+    fn patch(&mut self, at: u64, bytes: &[u8]);
 }
 
 impl Sink for Vec<u8> {
@@ -89,6 +99,15 @@ impl Sink for Vec<u8> {
     }
     fn push(&mut self, byte: u8) {
         Vec::push(self, byte);
+    }
+    fn position(&self) -> u64 {
+        self.len() as u64
+    }
+    fn patch(&mut self, at: u64, bytes: &[u8]) {
+        let at = usize::try_from(at).unwrap_or(usize::MAX);
+        if let Some(slot) = self.get_mut(at..at.saturating_add(bytes.len())) {
+            slot.copy_from_slice(bytes);
+        }
     }
 }
 
@@ -101,6 +120,10 @@ impl Sink for Count {
     fn extend_from_slice(&mut self, bytes: &[u8]) {
         self.0 += bytes.len() as u64;
     }
+    fn position(&self) -> u64 {
+        self.0
+    }
+    fn patch(&mut self, _at: u64, _bytes: &[u8]) {}
 }
 
 fn put_u8_str(out: &mut impl Sink, s: &str) {
@@ -140,12 +163,15 @@ fn body_capacity(index: &Index) -> usize {
 #[cfg(test)]
 fn encode_body(index: &Index, segments: &[SegmentMark]) -> Vec<u8> {
     let mut body = Vec::with_capacity(body_capacity(index));
-    encode_body_into(&mut body, index, segments);
+    encode_body_into(&mut body, index, segments, None);
     body
 }
 
 /// The uncompressed body of a checkpoint of `index`: the part that needs the index (and its lock).
-fn encode_body_into(body: &mut impl Sink, index: &Index, segments: &[SegmentMark]) {
+/// The number of versions kept (not forgotten) comes before their rows: given as `kept_known`, it
+/// is written as it is; otherwise it is counted along the rows and patched in, which a sink that
+/// has written the rows on already (a [`Stream`]) cannot take. Returns the number counted.
+fn encode_body_into(body: &mut impl Sink, index: &Index, segments: &[SegmentMark], kept_known: Option<u32>) -> u32 {
     put_count(body, segments.len());
     for mark in segments {
         body.extend_from_slice(&mark.number.to_le_bytes());
@@ -200,14 +226,9 @@ fn encode_body_into(body: &mut impl Sink, index: &Index, segments: &[SegmentMark
         body.extend_from_slice(&deletes.to_le_bytes());
     }
     // One pass over the versions: forgotten slots are left out and the others renumbered by rank,
-    // their rows written, and the type and scope sets' sizes counted. Their number goes first, so
-    // it is counted first: a body streamed to its file cannot be patched afterwards.
-    let kept_count = index
-        .slots
-        .iter()
-        .filter(|version| version.state() != VersionState::Forgotten)
-        .count();
-    put_count(body, kept_count);
+    // their rows written, and the type and scope sets' sizes counted.
+    let kept_at = body.position();
+    body.extend_from_slice(&kept_known.unwrap_or(0).to_le_bytes());
     let mut renumber = Vec::with_capacity(index.slots.len());
     let mut kept = 0u32;
     let mut per_type = vec![0u32; index.kinds.len()];
@@ -229,7 +250,9 @@ fn encode_body_into(body: &mut impl Sink, index: &Index, segments: &[SegmentMark
             }
         }
     }
-    debug_assert_eq!(usize::try_from(kept).ok(), Some(kept_count));
+    if kept_known.is_none() {
+        body.patch(kept_at, &kept.to_le_bytes());
+    }
     // The time set in full; the type and scope sets are the same order filtered, so only their
     // sizes are stored.
     let slots = index.by_time.sorted_slots(&index.slots);
@@ -244,6 +267,7 @@ fn encode_body_into(body: &mut impl Sink, index: &Index, segments: &[SegmentMark
             body.extend_from_slice(&count.to_le_bytes());
         }
     }
+    kept
 }
 
 /// The id names as the name arena holds them (front-coded, see [`NameArena`]): the shared and
@@ -338,6 +362,25 @@ impl Sink for Stream<'_> {
             self.flush();
         }
     }
+    fn position(&self) -> u64 {
+        self.written + self.buffer.len() as u64
+    }
+    fn patch(&mut self, at: u64, bytes: &[u8]) {
+        let slot = at
+            .checked_sub(self.written)
+            .and_then(|at| usize::try_from(at).ok())
+            .and_then(|at| self.buffer.get_mut(at..at.saturating_add(bytes.len())));
+        match slot {
+            Some(slot) => slot.copy_from_slice(bytes),
+            None if self.failed.is_none() => {
+                self.failed = Some(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("bytes at {at} patched after they were written"),
+                ));
+            }
+            None => {}
+        }
+    }
 }
 
 /// Writes the checkpoint of `index` over `segments` to a new file at `tmp`, synced, in steps of
@@ -354,7 +397,7 @@ fn stream(
 ) -> Result<(u64, usize)> {
     let writing = |e| Error::io(format!("writing {}", tmp.display()), e);
     let mut count = Count::default();
-    encode_body_into(&mut count, index, segments);
+    let kept = encode_body_into(&mut count, index, segments, None);
     let body_end = CHECKPOINT_HEADER_BYTES as u64 + count.0;
     let mut file = storage
         .create(tmp)
@@ -371,16 +414,18 @@ fn stream(
         failed: None,
     };
     stream.extend_from_slice(&header(index.seq, count.0));
-    encode_body_into(&mut stream, index, segments);
+    let rows = encode_body_into(&mut stream, index, segments, Some(kept));
     stream.flush();
     let (written, largest, crc) = (stream.written, stream.largest, stream.crc.clone().finalize());
     if let Some(e) = stream.failed.take() {
         return Err(writing(e));
     }
-    if written != body_end {
+    if written != body_end || rows != kept {
         return Err(writing(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
-            format!("the body came to {written} bytes where counting it gave {body_end}"),
+            format!(
+                "the body came to {written} bytes and {rows} versions where counting it gave {body_end} and {kept}"
+            ),
         )));
     }
     file.append(&crc.to_le_bytes()).map_err(writing)?;
@@ -982,7 +1027,7 @@ pub(crate) fn write(shared: &Shared, sync_log: bool) -> Result<u64> {
     file.clear();
     file.extend_from_slice(&[0; CHECKPOINT_HEADER_BYTES]);
     let seq = with_published_index(shared, |index, marks| {
-        encode_body_into(&mut file, index, &marks);
+        encode_body_into(&mut file, index, &marks, None);
         index.seq
     })?;
     // The header and the checksum are filled in after the lock is released.
@@ -1005,7 +1050,7 @@ pub(crate) fn write(shared: &Shared, sync_log: bool) -> Result<u64> {
 pub(crate) fn write_streamed(shared: &Shared) -> Result<u64> {
     let storage = &*shared.storage;
     let (seq, len) = with_published_index(shared, |index, marks| {
-        let tmp = shared.dir.join(format!("{}.tmp", checkpoint_file_name(index.seq)));
+        let tmp = checkpoint_tmp_path(&shared.dir, index.seq);
         stream(storage, &tmp, index, &marks, STREAM_STEP).map(|(len, _)| (index.seq, len))
     })??;
     publish(storage, &shared.dir, seq)?;
@@ -1018,7 +1063,7 @@ pub(crate) fn write_streamed(shared: &Shared) -> Result<u64> {
 /// Writes `bytes` as the checkpoint for `seq`: temporary file, sync, rename, sync the directory;
 /// then removes older checkpoints.
 pub(crate) fn install(storage: &dyn Storage, dir: &Path, seq: u64, bytes: &[u8]) -> Result<()> {
-    let tmp = dir.join(format!("{}.tmp", checkpoint_file_name(seq)));
+    let tmp = checkpoint_tmp_path(dir, seq);
     let mut file = storage
         .create(&tmp)
         .map_err(|e| Error::io(format!("creating {}", tmp.display()), e))?;
@@ -1033,7 +1078,7 @@ pub(crate) fn install(storage: &dyn Storage, dir: &Path, seq: u64, bytes: &[u8])
 /// then removes older checkpoints.
 fn publish(storage: &dyn Storage, dir: &Path, seq: u64) -> Result<()> {
     let path = dir.join(checkpoint_file_name(seq));
-    let tmp = dir.join(format!("{}.tmp", checkpoint_file_name(seq)));
+    let tmp = checkpoint_tmp_path(dir, seq);
     storage
         .rename(&tmp, &path)
         .map_err(|e| Error::io(format!("renaming {}", tmp.display()), e))?;
@@ -1089,27 +1134,24 @@ mod tests {
     /// An index of 3,000 versions of 1,500 ids, with deletes and a forgotten version: a body of
     /// a few hundred kilobytes, across many name chunks.
     fn many_ids() -> (Index, Vec<SegmentMark>) {
+        let name = |n: u64| {
+            format!(
+                "id-{:06}-{}",
+                n * 7919 % 1500,
+                "x".repeat(usize::try_from(n % 40).unwrap_or(0))
+            )
+        };
         let mut index = Index::default();
         let mut seq = 0;
         for n in 0..1500u64 {
             for version in ["1", "2"] {
                 seq += 1;
-                let id = format!(
-                    "id-{:06}-{}",
-                    n * 7919 % 1500,
-                    "x".repeat(usize::try_from(n % 40).unwrap_or(0))
-                );
-                index.apply_put(seq, &crate::index::tests::put(&id, version, 10), HERE);
+                index.apply_put(seq, &crate::index::tests::put(&name(n), version, 10), HERE);
             }
         }
         for n in (0..1500u64).step_by(97) {
             seq += 1;
-            let id = format!(
-                "id-{:06}-{}",
-                n * 7919 % 1500,
-                "x".repeat(usize::try_from(n % 40).unwrap_or(0))
-            );
-            assert!(index.apply_delete(seq, &id));
+            assert!(index.apply_delete(seq, &name(n)));
         }
         assert!(index.forget(5));
         index.unlink_from_sets(5);
@@ -1155,6 +1197,34 @@ mod tests {
                 assert_eq!(loaded.index.id_count(), index.id_count());
             }
         }
+    }
+
+    #[test]
+    fn a_stream_patches_bytes_still_in_its_buffer_and_fails_on_bytes_written_already() {
+        let disk = crate::storage::SimDisk::new();
+        disk.create_dir_all(Path::new("/store")).expect("dir");
+        let tmp = Path::new("/store/patched.tmp");
+        let mut file = disk.create(tmp).expect("create");
+        let mut stream = Stream {
+            file: file.as_mut(),
+            step: 4,
+            buffer: Vec::new(),
+            crc: crc32fast::Hasher::new(),
+            written: 0,
+            largest: 0,
+            failed: None,
+        };
+        stream.extend_from_slice(b"abcd");
+        stream.extend_from_slice(b"ef");
+        assert_eq!(stream.position(), 6);
+        stream.patch(4, b"EF");
+        assert!(stream.failed.is_none(), "a patch of buffered bytes failed");
+        stream.patch(0, b"A");
+        assert!(stream.failed.is_some(), "a patch of written bytes was taken");
+        stream.failed = None;
+        stream.flush();
+        drop(stream);
+        assert_eq!(disk.file_bytes(tmp).expect("file"), b"abcdEF");
     }
 
     #[test]

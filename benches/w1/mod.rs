@@ -82,30 +82,30 @@ pub fn item(n: u64) -> ContextItem {
     item.with_hash(hex)
 }
 
-/// The process's peak resident set size (VmHWM), in KiB; 0 where /proc does not tell.
-pub fn peak_rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
-        .unwrap_or(0)
-}
-
-/// The process's resident set now, in KiB: anonymous memory (heap, stacks) and file-backed pages
-/// (mapped files, the binary), from /proc (zeros where it does not tell).
-pub fn rss_kinds_kib() -> (u64, u64) {
+/// The KiB values of `fields` (such as `"VmHWM:"`) in this process's /proc status, in order; 0 for
+/// each that /proc does not tell.
+fn status_kib<const N: usize>(fields: [&str; N]) -> [u64; N] {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let field = |name: &str| {
+    fields.map(|name| {
         status
             .lines()
             .find(|l| l.starts_with(name))
             .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
             .unwrap_or(0)
-    };
-    (field("RssAnon:"), field("RssFile:"))
+    })
+}
+
+/// The process's peak resident set size (VmHWM), in KiB; 0 where /proc does not tell.
+pub fn peak_rss_kib() -> u64 {
+    let [peak] = status_kib(["VmHWM:"]);
+    peak
+}
+
+/// The process's resident set now, in KiB: anonymous memory (heap, stacks) and file-backed pages
+/// (mapped files, the binary), from /proc (zeros where it does not tell).
+pub fn rss_kinds_kib() -> (u64, u64) {
+    let [anon, file] = status_kib(["RssAnon:", "RssFile:"]);
+    (anon, file)
 }
 
 /// A store for durable single adds in `dir`: `Durability::Immediate`, a `ManualClock` at
