@@ -171,12 +171,25 @@ fn plan(shared: &Shared, views: &Views) -> HashMap<u32, SegmentPlan> {
     plans
 }
 
-/// The views as of now, gathered under the registry and index locks.
-fn views_now(shared: &Shared) -> (Views, u32) {
+/// The views as of now, gathered under the registry and index locks, with the active segment's
+/// number and the numbers of the segments whose every frame the index held then: only those may
+/// be rewritten by a plan made with these views, since a version published later has no decision
+/// in it and its record would move without its index entry.
+fn views_now(shared: &Shared) -> (Views, u32, BTreeSet<u32>) {
     let live = shared.live_snapshots();
     let index = shared.read_index();
     let views = Views::gather(&live, &index, shared.clock.now());
-    (views, index.segments.keys().next_back().copied().unwrap_or(0))
+    let published = index
+        .segments
+        .keys()
+        .copied()
+        .filter(|number| index.segment_published(*number))
+        .collect();
+    (
+        views,
+        index.segments.keys().next_back().copied().unwrap_or(0),
+        published,
+    )
 }
 
 fn decide(index: &Index, views: &Views, version: &VersionEntry) -> Option<Decision> {
@@ -215,7 +228,7 @@ fn segment_bytes(storage: &dyn Storage, index: &Index) -> u64 {
 
 /// Reclaimable bytes of the active segment (the newest), for deciding whether to seal it first.
 pub(crate) fn active_reclaimable(shared: &Shared) -> u64 {
-    let (views, active) = views_now(shared);
+    let (views, active, _) = views_now(shared);
     plan(shared, &views).get(&active).map_or(0, |plan| plan.reclaim_bytes)
 }
 
@@ -223,7 +236,7 @@ pub(crate) fn active_reclaimable(shared: &Shared) -> u64 {
 pub(crate) fn compact(shared: &Shared, min_share: f64) -> Result<CompactionReport> {
     let started = Instant::now();
     let mut report = CompactionReport::default();
-    let (views, active) = views_now(shared);
+    let (views, active, published) = views_now(shared);
     let mut plans = plan(shared, &views);
     plans.remove(&active);
     let (mut chosen, bytes_before) = {
@@ -235,7 +248,7 @@ pub(crate) fn compact(shared: &Shared, min_share: f64) -> Result<CompactionRepor
             };
             #[allow(clippy::cast_precision_loss)]
             let share = plan.reclaim_bytes as f64 / segment.published_len().max(1) as f64;
-            if plan.reclaim_bytes > 0 && share >= min_share && number < active && index.segment_published(number) {
+            if plan.reclaim_bytes > 0 && share >= min_share && number < active && published.contains(&number) {
                 chosen.push((number, plan));
             }
         }
