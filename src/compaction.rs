@@ -19,7 +19,9 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::index::{record_crc_at, Index, Location, PurgeCursor, VersionEntry, SEQ_OPEN};
-use crate::log::record::{decode_batch, BatchEncoder, RecordView, FRAME_HEADER_BYTES, RECORD_HEADER_BYTES};
+use crate::log::record::{
+    split_batch, BatchEncoder, RecordView, FRAME_HEADER_BYTES, RECORD_HEADER_BYTES, TAG_PUT, TAG_RETIRED, TAG_SYNC_MARK,
+};
 use crate::log::segment::{segment_file_name, Segment, SegmentHeader, SEGMENT_HEADER_BYTES};
 use crate::log::writer::sync_dir;
 use crate::recovery::{scan_frames, ScanEnd};
@@ -116,10 +118,33 @@ impl Views {
     }
 }
 
-/// The plan for one segment: a decision for every version record in it, by record offset.
+/// The plan for one segment: a decision for every version record in it.
 struct SegmentPlan {
-    decisions: HashMap<u32, (u32, Decision)>,
+    /// (record offset, slot, decision), sorted by offset once the plan is made: a rewrite meets
+    /// the records in that order.
+    decisions: Vec<(u32, u32, Decision)>,
     reclaim_bytes: u64,
+}
+
+/// A rewrite's walk through its segment's decisions, in step with its scan of the records.
+struct DecisionCursor<'a> {
+    decisions: &'a [(u32, u32, Decision)],
+}
+
+impl DecisionCursor<'_> {
+    /// The slot and decision for the record at `offset`; the scan asks in ascending offsets.
+    fn at(&mut self, offset: u32) -> Option<(u32, Decision)> {
+        while let Some(((at, slot, decision), rest)) = self.decisions.split_first() {
+            if *at > offset {
+                return None;
+            }
+            self.decisions = rest;
+            if *at == offset {
+                return Some((*slot, *decision));
+            }
+        }
+        None
+    }
 }
 
 /// The version string length assumed when estimating a retired record's size.
@@ -147,28 +172,36 @@ fn plan(shared: &Shared, views: &Views) -> HashMap<u32, SegmentPlan> {
                 continue;
             };
             let entry = plans.entry(version.location.segment).or_insert_with(|| SegmentPlan {
-                decisions: HashMap::new(),
+                decisions: Vec::new(),
                 reclaim_bytes: 0,
             });
-            entry.reclaim_bytes += match decision {
-                Decision::Keep => 0,
-                Decision::Forget(_) => u64::from(version.location.len),
-                Decision::Retire(_) => {
-                    // The version string stays in the log; most are short, and this only ranks segments.
-                    let retired_len = (RECORD_HEADER_BYTES + 32 + 2 + ESTIMATED_VERSION_BYTES) as u64
-                        + index.id_name_len(version.id) as u64;
-                    u64::from(version.location.len).saturating_sub(retired_len)
-                }
-            };
-            entry.decisions.insert(version.location.offset, (slot, decision));
+            entry.reclaim_bytes += reclaim_of(&index, &version, decision);
+            entry.decisions.push((version.location.offset, slot, decision));
         }
         if end >= index.slots.len() || end == start {
             break;
         }
         start = end;
     }
-    // The active segment is planned too, so that a manual compaction knows whether sealing it pays.
+    for plan in plans.values_mut() {
+        // Slots follow the log's order, so this is mostly sorted already.
+        plan.decisions.sort_unstable_by_key(|(offset, ..)| *offset);
+    }
     plans
+}
+
+/// The bytes a decision about `version` would reclaim.
+fn reclaim_of(index: &Index, version: &VersionEntry, decision: Decision) -> u64 {
+    match decision {
+        Decision::Keep => 0,
+        Decision::Forget(_) => u64::from(version.location.len),
+        Decision::Retire(_) => {
+            // The version string stays in the log; most are short, and this only ranks segments.
+            let retired_len =
+                (RECORD_HEADER_BYTES + 32 + 2 + ESTIMATED_VERSION_BYTES) as u64 + index.id_name_len(version.id) as u64;
+            u64::from(version.location.len).saturating_sub(retired_len)
+        }
+    }
 }
 
 /// The views as of now, gathered under the registry and index locks, with the active segment's
@@ -227,9 +260,34 @@ fn segment_bytes(storage: &dyn Storage, index: &Index) -> u64 {
 }
 
 /// Reclaimable bytes of the active segment (the newest), for deciding whether to seal it first.
+///
+/// Its versions are the newest slots (compaction moves only sealed segments' records), so the walk
+/// goes back from the last slot and stops at the first version stored elsewhere: the whole index
+/// is planned once, by the compaction that follows.
 pub(crate) fn active_reclaimable(shared: &Shared) -> u64 {
     let (views, active, _) = views_now(shared);
-    plan(shared, &views).get(&active).map_or(0, |plan| plan.reclaim_bytes)
+    let mut reclaim = 0;
+    let mut end = shared.read_index().slots.len();
+    while end > 0 {
+        let index = shared.read_index();
+        let start = end.saturating_sub(PLAN_CHUNK);
+        for position in (start..end.min(index.slots.len())).rev() {
+            let Some(version) = u32::try_from(position).ok().and_then(|slot| index.slot(slot)) else {
+                continue;
+            };
+            if version.state() == crate::index::VersionState::Forgotten || version.seq_created > views.current_seq {
+                continue;
+            }
+            if version.location.segment != active {
+                return reclaim;
+            }
+            if let Some(decision) = decide(&index, &views, &version) {
+                reclaim += reclaim_of(&index, &version, decision);
+            }
+        }
+        end = start;
+    }
+    reclaim
 }
 
 /// Rewrites every sealed segment whose reclaimable share is at least `min_share` (0 = any reclaim).
@@ -263,9 +321,20 @@ pub(crate) fn compact(shared: &Shared, min_share: f64) -> Result<CompactionRepor
         // that justified it (an id would vanish).
         shared.flush()?;
     }
-    for (number, plan) in chosen.drain(..) {
-        rewrite(shared, number, &plan, &mut report)?;
+    let mut unlinked = false;
+    let rewritten: Result<()> = chosen.drain(..).try_for_each(|(number, plan)| {
+        unlinked |= rewrite(shared, number, &plan, &mut report)?;
+        Ok(())
+    });
+    if unlinked {
+        // Once for every rewrite, in steps: a whole purge of a million-entry set held the lock for
+        // tens of milliseconds. Readers skip the entries of versions no longer stored meanwhile.
+        let mut cursor = Some(PurgeCursor::default());
+        while let Some(at) = cursor {
+            cursor = shared.write_index().purge_sets_step(at, PURGE_STEP);
+        }
     }
+    rewritten?;
     report.bytes_after = segment_bytes(&*shared.storage, &shared.read_index());
     report.duration = started.elapsed();
     Ok(report)
@@ -278,11 +347,15 @@ enum Update {
     Forget(u32, Reason),
 }
 
-fn rewrite(shared: &Shared, number: u32, plan: &SegmentPlan, report: &mut CompactionReport) -> Result<()> {
+/// Rewrites segment `number` by its plan; returns whether versions no longer stored were unlinked
+/// from the ordered sets, whose arrays the caller then purges.
+fn rewrite(shared: &Shared, number: u32, plan: &SegmentPlan, report: &mut CompactionReport) -> Result<bool> {
     let Some(segment) = shared.read_index().segments.get(&number).cloned() else {
-        return Ok(());
+        return Ok(false);
     };
-    let Some(bytes) = segment.mapped() else { return Ok(()) };
+    let Some(bytes) = segment.mapped() else {
+        return Ok(false);
+    };
     let corrupt = |offset: usize, reason: String| Error::Corrupt {
         file: segment.path.clone(),
         offset: offset as u64,
@@ -302,6 +375,9 @@ fn rewrite(shared: &Shared, number: u32, plan: &SegmentPlan, report: &mut Compac
     let mut write_error = None;
     let mut updates = Vec::new();
     let mut seq = header.base_seq;
+    let mut decisions = DecisionCursor {
+        decisions: &plan.decisions,
+    };
     let end = scan_frames(
         bytes,
         SEGMENT_HEADER_BYTES,
@@ -309,29 +385,35 @@ fn rewrite(shared: &Shared, number: u32, plan: &SegmentPlan, report: &mut Compac
         false,
         header.rewrites > 0,
         &mut |frame_seq, frame_offset, payload| {
-            let records = decode_batch(payload).map_err(|e| e.0)?;
+            // The frame's CRC covers every record: only a record that is replaced by a retired
+            // one is decoded (and its own CRC checked); the others are copied or left out as they are.
+            let records = split_batch(payload).map_err(|e| e.0)?;
             let mut encoder = BatchEncoder::new();
             let mut placed = Vec::new();
-            for (start, len, record) in records {
+            for record in records {
+                let (start, len) = (record.start, record.len);
                 let raw = payload.get(start..start + len).ok_or("record out of its frame")?;
                 let offset = u32::try_from(frame_offset + FRAME_HEADER_BYTES + start).map_err(|_| "offset overflow")?;
-                let decision = match record {
-                    RecordView::Put(_) | RecordView::Retired { .. } => plan.decisions.get(&offset).copied(),
+                let decision = match record.tag {
+                    TAG_PUT | TAG_RETIRED => decisions.at(offset),
                     _ => None,
                 };
-                match (decision, &record) {
-                    (Some((slot, Decision::Retire(reason))), RecordView::Put(put)) => {
+                match decision {
+                    Some((slot, Decision::Retire(reason))) if record.tag == TAG_PUT => {
+                        let RecordView::Put(put) = record.decode().map_err(|e| e.0)? else {
+                            return Err("a put record decoded as another kind".to_owned());
+                        };
                         let at = encoder.retired(put.id, put.version, &put.hash);
                         placed.push((at, encoder.len() - at, Some((slot, Some(reason)))));
                     }
-                    (Some((slot, Decision::Forget(reason))), _) => updates.push(Update::Forget(slot, reason)),
-                    (Some((slot, _)), _) => {
+                    Some((slot, Decision::Forget(reason))) => updates.push(Update::Forget(slot, reason)),
+                    Some((slot, _)) => {
                         let at = encoder.raw(raw);
                         placed.push((at, len, Some((slot, None))));
                     }
                     // The rewritten frame has its own sync mark (a sealed segment is synced whole).
-                    (None, RecordView::SyncMark { .. }) => {}
-                    (None, _) => {
+                    None if record.tag == TAG_SYNC_MARK => {}
+                    None => {
                         let at = encoder.raw(raw);
                         placed.push((at, len, None));
                     }
@@ -399,6 +481,7 @@ fn rewrite(shared: &Shared, number: u32, plan: &SegmentPlan, report: &mut Compac
             return shared
                 .storage
                 .remove(&tmp)
+                .map(|()| false)
                 .map_err(|e| Error::io(format!("removing {}", tmp.display()), e));
         }
     }
@@ -443,15 +526,11 @@ fn rewrite(shared: &Shared, number: u32, plan: &SegmentPlan, report: &mut Compac
             index.unlink_from_sets(*slot);
         }
     }
-    if !unlink.is_empty() {
-        // In steps too: a whole purge of a million-entry set held the lock for tens of milliseconds.
-        let mut cursor = Some(PurgeCursor::default());
-        while let Some(at) = cursor {
-            cursor = shared.write_index().purge_sets_step(at, PURGE_STEP);
-        }
-    }
     report.segments_rewritten += 1;
-    Ok(())
+    // The old file is unlinked already; its mapping (and with it the last handle, whose closing
+    // frees the file's pages) goes on another thread: tens of milliseconds for a 64 MiB segment.
+    crate::checkpoint::drop_in_background(segment);
+    Ok(!unlink.is_empty())
 }
 
 /// Set entries unlinked per hold of the index's write lock.

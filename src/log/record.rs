@@ -691,6 +691,37 @@ pub(crate) fn read_frame(bytes: &[u8]) -> Result<(FrameHeader, &[u8]), FrameErro
 
 /// Decodes the records of a batch payload, with each record's offset from the payload start.
 pub(crate) fn decode_batch(payload: &[u8]) -> Result<Vec<(usize, usize, RecordView<'_>)>, DecodeError> {
+    split_batch(payload)?
+        .into_iter()
+        .map(|record| Ok((record.start, record.len, record.decode()?)))
+        .collect()
+}
+
+/// One record of a batch payload, framed but neither its CRC nor its body checked yet.
+pub(crate) struct RawRecord<'a> {
+    /// Where the record (its header) starts in the payload.
+    pub(crate) start: usize,
+    /// Its length, header included.
+    pub(crate) len: usize,
+    pub(crate) tag: u8,
+    crc: u32,
+    body: &'a [u8],
+}
+
+impl<'a> RawRecord<'a> {
+    /// Checks the record's CRC and decodes its body.
+    pub(crate) fn decode(&self) -> Result<RecordView<'a>, DecodeError> {
+        if crc32fast::hash(self.body) != self.crc {
+            return Err(bad("record CRC mismatch"));
+        }
+        decode_body(self.tag, self.body)
+    }
+}
+
+/// The records of a batch payload, each one's header read and its length checked against the
+/// payload, for a caller that checks and decodes only the records it needs (the frame's CRC,
+/// checked already, covers them all).
+pub(crate) fn split_batch(payload: &[u8]) -> Result<Vec<RawRecord<'_>>, DecodeError> {
     let mut cursor = Cursor::new(payload);
     let count = cursor.u32("record count")?;
     // Each record takes at least a header: never trust the count for an allocation.
@@ -705,11 +736,13 @@ pub(crate) fn decode_batch(payload: &[u8]) -> Result<Vec<(usize, usize, RecordVi
     for _ in 0..count {
         let start = cursor.position();
         let (tag, crc, body) = next_record(&mut cursor)?;
-        if crc32fast::hash(body) != crc {
-            return Err(bad("record CRC mismatch"));
-        }
-        let record = decode_body(tag, body)?;
-        records.push((start, cursor.position() - start, record));
+        records.push(RawRecord {
+            start,
+            len: cursor.position() - start,
+            tag,
+            crc,
+            body,
+        });
     }
     if !cursor.is_empty() {
         return Err(bad("bytes after the last record of a batch"));
