@@ -1099,3 +1099,81 @@ fn a_whole_frame_with_the_wrong_seq_at_the_tail_is_corrupt_not_a_torn_write() {
         );
     }
 }
+
+/// Opens `dir` with 4 KiB segments on `clock`.
+fn open_on_clock(dir: &Path, clock: &Arc<ManualClock>) -> Store {
+    Options::new()
+        .durability(Durability::Immediate)
+        .segment_size(SEGMENT_SIZE)
+        .auto_compact(false)
+        .clock(Arc::clone(clock) as Arc<dyn Clock>)
+        .open(dir)
+        .expect("open")
+}
+
+/// A record damaged under a good frame CRC (the byte changed and the frame's CRC computed again, as a
+/// writer's bug would leave it) is caught by its own CRC whatever compaction does with it. A rewrite
+/// copies a kept record as it is (the frame's CRC, checked, covers it): the damage moves with it and
+/// reads still refuse it, and `verify()` still reports it. A record the rewrite retires is decoded
+/// and its CRC checked first: the compaction fails with `Corrupt` naming the segment, and the kept
+/// item still reads back whole.
+#[test]
+fn a_record_damaged_under_a_good_frame_crc_is_never_returned_after_a_compaction() {
+    for damaged_id in ["kept", "expired"] {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let clock = Arc::new(ManualClock::new(CLOCK_START));
+        let kept = item("kept", 600);
+        let expired = item("expired", 600).with_ttl(10);
+        {
+            let store = open_on_clock(dir.path(), &clock);
+            store.add(vec![kept.clone(), expired.clone()]).expect("add");
+        }
+        let segment = common::segment_files(dir.path()).pop().expect("a segment");
+        let mut bytes = std::fs::read(&segment).expect("reading the segment");
+        let frame = frames(&bytes)[0].clone();
+        let (_, body, body_len) = common::locate_record(&bytes, damaged_id);
+        let at = body + body_len - 20;
+        bytes[at] ^= 0x01;
+        let crc = crc32fast::hash(&bytes[frame.start + 8..frame.end]);
+        bytes[frame.start + 4..frame.start + 8].copy_from_slice(&crc.to_le_bytes());
+        std::fs::write(&segment, &bytes).expect("writing the damage");
+
+        let store = open_on_clock(dir.path(), &clock);
+        clock.set(CLOCK_START + 11);
+        let compacted = store.compact();
+        let context = format!("{damaged_id} damaged");
+        match (damaged_id, &compacted) {
+            ("kept", Ok(report)) => assert_eq!(report.reclaimed_expired, 1, "{context}: {report:?}"),
+            ("expired", Err(Error::Corrupt { file, offset, .. })) => {
+                assert_eq!(file_name(file), file_name(&segment), "{context}");
+                assert!(
+                    (frame.start as u64..frame.end as u64).contains(offset),
+                    "{context}: offset {offset}"
+                );
+            }
+            _ => panic!("{context}: compaction gave {compacted:?}"),
+        }
+        let resolved = store.resolve(["kept"]);
+        if damaged_id == "kept" {
+            assert!(
+                !matches!(resolved, Ok(ref answers) if matches!(answers[0], Resolution::Found(_))),
+                "{context}: the damaged record was returned: {resolved:?}"
+            );
+            assert!(
+                matches!(store.get(&ContextQuery::new()), Err(Error::Corrupt { .. })),
+                "{context}: get does not refuse the damaged record"
+            );
+            let report = store.verify().expect("verify");
+            assert!(
+                !report.problems.is_empty(),
+                "{context}: verify finds nothing after the compaction"
+            );
+        } else {
+            assert_eq!(
+                resolved.expect("resolve"),
+                vec![Resolution::Found(stored(&kept))],
+                "{context}: the kept item"
+            );
+        }
+    }
+}
