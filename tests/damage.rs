@@ -26,11 +26,15 @@ const FRAME_HEADER_BYTES: usize = 17;
 const CLOCK_START: i64 = 1_700_000_000;
 
 fn open_store(dir: &Path) -> Result<Store> {
+    options_on(&Arc::new(ManualClock::new(CLOCK_START))).open(dir)
+}
+
+/// Durable adds, 4 KiB segments, time from `clock`.
+fn options_on(clock: &Arc<ManualClock>) -> Options {
     Options::new()
         .durability(Durability::Immediate)
         .segment_size(SEGMENT_SIZE)
-        .clock(Arc::new(ManualClock::new(CLOCK_START)))
-        .open(dir)
+        .clock(Arc::clone(clock) as Arc<dyn Clock>)
 }
 
 /// An item whose content carries `text_len` bytes of text.
@@ -1100,15 +1104,9 @@ fn a_whole_frame_with_the_wrong_seq_at_the_tail_is_corrupt_not_a_torn_write() {
     }
 }
 
-/// Opens `dir` with 4 KiB segments on `clock`.
+/// Opens `dir` as [`open_store`] does, on `clock`, with no background compaction.
 fn open_on_clock(dir: &Path, clock: &Arc<ManualClock>) -> Store {
-    Options::new()
-        .durability(Durability::Immediate)
-        .segment_size(SEGMENT_SIZE)
-        .auto_compact(false)
-        .clock(Arc::clone(clock) as Arc<dyn Clock>)
-        .open(dir)
-        .expect("open")
+    options_on(clock).auto_compact(false).open(dir).expect("open")
 }
 
 /// A record damaged under a good frame CRC (the byte changed and the frame's CRC computed again, as a
