@@ -967,14 +967,26 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Loaded, String> {
     Ok(Loaded { seq, segments, index })
 }
 
-/// Runs `f` on the index once no group applied to it ahead of its fsync is waiting to be published:
-/// a checkpoint taken before would hold versions past its sequence number, which loading refuses.
+/// Runs `f` on the index once no group is half in it, waiting while one is:
+/// - a group applied to the index ahead of its fsync and not yet published: a checkpoint taken
+///   then would hold versions past its sequence number, which loading refuses;
+/// - a group whose writer sealed a segment in the middle of it (the next frame did not fit), not
+///   yet published: the sealed segment is in the index with its whole length, frames past the
+///   index's sequence number included, and the new one starts past the sequence number after it.
+///   A checkpoint taken then would mark the sealed segment as covered and resume in the new one at
+///   a sequence number that is not there: the next open would refuse it and replay the whole log.
+///
 /// The wait is bounded (the maintenance thread tries again later).
 fn with_published_index<T>(shared: &Shared, f: impl FnOnce(&Index, Vec<SegmentMark>) -> T) -> Result<T> {
     let waiting_since = std::time::Instant::now();
     loop {
         let index = shared.read_index();
-        if !index.unpublished.is_none() {
+        let sealed_mid_group = index
+            .segments
+            .values()
+            .next_back()
+            .is_some_and(|newest| newest.base_seq > index.seq.saturating_add(1));
+        if !index.unpublished.is_none() || sealed_mid_group {
             if index.unpublished.failed {
                 return Err(Error::Poisoned {
                     reason: "the index holds a group whose fsync failed".into(),
