@@ -129,7 +129,10 @@ pub enum IndexUsed {
 pub struct QueryStats {
     /// The index the planner chose.
     pub index: IndexUsed,
-    /// Index entries looked at (each a stored version, visible or not).
+    /// Index entries looked at (each a stored version, visible or not). A session view counts only
+    /// the entries of its own session's scope and the global ones: another session's items are not
+    /// counted, though the walk passes them. (Which index the planner chooses still depends on the
+    /// sizes of whole sets, every session's entries in them.)
     pub examined: u64,
     /// Items returned.
     pub returned: u64,
@@ -339,6 +342,18 @@ pub(crate) fn run<T>(
     };
 
     let limit = query.limit.unwrap_or(usize::MAX);
+    // A session view counts only the entries of the scopes it may see: its stats must not tell it
+    // how many items other sessions hold in the sets it walks.
+    let counted_scopes: Option<Vec<u32>> = bounds.session.map(|session| {
+        [
+            Scope::Session(session.to_owned()),
+            Scope::GlobalReadonly,
+            Scope::GlobalWritable,
+        ]
+        .iter()
+        .filter_map(|scope| index.scopes.get(scope))
+        .collect()
+    });
     let mut out = Vec::new();
     let mut examined = 0u64;
     let mut group: Vec<VersionEntry> = Vec::new();
@@ -347,7 +362,13 @@ pub(crate) fn run<T>(
     loop {
         let next = merged.next();
         if let Some((timestamp, slot)) = next {
-            examined += 1;
+            let version = index.slot(slot);
+            if counted_scopes
+                .as_ref()
+                .is_none_or(|counted| version.is_some_and(|version| counted.contains(&version.scope)))
+            {
+                examined += 1;
+            }
             if group_timestamp.is_some_and(|t| t != timestamp) {
                 emit(index, query, &mut group, fetch, &mut out, limit)?;
                 if out.len() >= limit {
@@ -355,7 +376,7 @@ pub(crate) fn run<T>(
                 }
             }
             group_timestamp = Some(timestamp);
-            let Some(version) = index.slot(slot) else {
+            let Some(version) = version else {
                 continue;
             };
             // Compaction unlinks reclaimed versions from the sets a little after reclaiming them.

@@ -792,10 +792,17 @@ impl Snapshot {
     /// Pins this snapshot under `name` (a session view's snapshot keeps its session's visibility).
     ///
     /// # Errors
-    /// `Invalid` if the name breaks the id rules or is already pinned; `Poisoned` or `Io` if the pin
-    /// cannot be written.
+    /// `Invalid` if the name breaks the id rules or is already pinned, or (field `session_id`) if
+    /// this is the snapshot of a session view whose session id breaks the id rules; `Poisoned` or
+    /// `Io` if the pin cannot be written.
     pub fn pin(&self, name: &str) -> Result<SnapshotInfo> {
         validate_name("name", name)?;
+        if let Some(session) = &self.session {
+            // The pin stores the session to restrict the snapshot again when it is opened: an id that
+            // breaks the id rules (an empty one would read back as no session at all, one of over 255
+            // bytes does not fit its length byte) is refused rather than stored.
+            validate_name("session_id", session)?;
+        }
         let op = Op::Pin {
             name: name.to_owned(),
             seq: self.seq,

@@ -410,18 +410,24 @@ impl Shared {
 
     /// Hands a batch of operations to the writer thread and waits for its outcome.
     pub(crate) fn submit(&self, ops: Vec<Op>) -> Result<Vec<OpOutcome>> {
-        self.submit_then(ops, || ()).map(|answer| answer.outcomes)
+        self.submit_then(ops, None, || ()).map(|answer| answer.outcomes)
     }
 
     /// [`Shared::submit`], with the operations handed back, running `meanwhile` on this thread once
     /// they are sent, before waiting for their answer: work that would otherwise wait for the write
-    /// and its fsync.
-    pub(crate) fn submit_then(&self, ops: Vec<Op>, meanwhile: impl FnOnce()) -> Result<Answer> {
+    /// and its fsync. `session`: the session view the puts come from, if any; the writer refuses a
+    /// put of an id whose history the session may not write.
+    pub(crate) fn submit_then(
+        &self,
+        ops: Vec<Op>,
+        session: Option<Arc<str>>,
+        meanwhile: impl FnOnce(),
+    ) -> Result<Answer> {
         let (reply, answer) = crossbeam_channel::bounded(1);
         // A large batch takes milliseconds to write and sync: its writer sleeps until the answer
         // rather than poll, leaving the cores to the writer thread and the fsync.
         let quick = ops.len() <= QUICK_ADD_ITEMS;
-        self.send(Command::Write { ops, reply })?;
+        self.send(Command::Write { ops, session, reply })?;
         meanwhile();
         if quick {
             wait_for(&answer)
@@ -749,7 +755,7 @@ impl Store {
             .collect();
         writing.get_or_insert_with(|| Writing::enter(&self.inner.shared.writers));
         let shared = &self.inner.shared;
-        let Answer { outcomes, ops } = shared.submit_then(ops, move || {
+        let Answer { outcomes, ops } = shared.submit_then(ops, session.map(Arc::from), move || {
             drop(contents);
             drop(shared.swap_leftovers(Vec::new()));
         })?;
@@ -1405,11 +1411,16 @@ impl SessionView {
     }
 
     /// Adds items as one batch, as [`Store::add`]; each must be scoped to this session or
-    /// `GlobalWritable`.
+    /// `GlobalWritable`, and may be a new version only of an id whose latest version (while its
+    /// record is stored) is in one of those scopes too: a session can neither replace a
+    /// `GlobalReadonly` item nor another session's. Ids are one namespace for the whole store: such
+    /// a refusal tells the session that the id is taken, and nothing else about it.
     ///
     /// # Errors
-    /// `PermissionDenied` (with `index`) for another session's scope or `GlobalReadonly`; otherwise as
-    /// [`Store::add`].
+    /// `PermissionDenied` (with `index`) for another session's scope or `GlobalReadonly`, or for a
+    /// version of an id whose latest version is in such a scope (refused before any version is
+    /// compared: no `VersionConflict` or `Unchanged` answer tells another session's hash); otherwise
+    /// as [`Store::add`].
     pub fn add<I: IntoIterator<Item = ContextItem>>(&self, items: I) -> Result<Vec<AddOutcome>> {
         self.store.add_checked(items, Some(&self.session))
     }

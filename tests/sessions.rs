@@ -7,6 +7,7 @@
 mod common;
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use common::*;
 use ctxlog::*;
@@ -322,4 +323,224 @@ fn a_session_id_that_breaks_the_id_rules_owns_nothing() {
     let seen = bad.get(&ContextQuery::new()).expect("get");
     assert_eq!(seen.iter().map(|i| i.id.as_str()).collect::<Vec<_>>(), ["g1"]);
     assert_eq!(store.stats().items, 1, "nothing of the refused batch was written");
+}
+
+// ---- Writes to ids held by a scope the session may not write, and what reads and errors reveal ----
+
+fn plain(id: &str, version: &str, content: serde_json::Value, scope: Scope) -> ContextItem {
+    ContextItem::new(id, "message", content, "sessions", TS, version, scope)
+}
+
+fn denied_at(outcome: &Result<Vec<AddOutcome>, Error>, position: usize) -> String {
+    match outcome {
+        Err(Error::PermissionDenied { reason, index }) => {
+            assert_eq!(*index, Some(position), "{reason}");
+            reason.clone()
+        }
+        other => panic!("expected PermissionDenied at item {position}, got {other:?}"),
+    }
+}
+
+/// Adding a new version of a `global_readonly` id, in a scope the session may write, would replace
+/// the item for every reader: it is refused, and the item stays as it was.
+#[test]
+fn a_session_cannot_replace_a_global_readonly_item_by_adding_a_version() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(dir.path()).expect("open");
+    let official = plain("policy", "1", json!({"rule": "official"}), Scope::GlobalReadonly);
+    store.add([official.clone()]).expect("the store writes global_readonly");
+    let s2 = store.session("s2");
+    let forged = s2.add([
+        plain("s2_note", "1", json!("fine on its own"), s("s2")),
+        plain("policy", "2", json!({"rule": "forged by s2"}), Scope::GlobalWritable),
+    ]);
+    denied_at(&forged, 1);
+    assert_eq!(
+        found(&store.resolve(["policy"]).expect("resolve")[0]).content,
+        official.content
+    );
+    assert_eq!(
+        found(&store.session("s1").resolve(["policy"]).expect("resolve")[0]).content,
+        official.content
+    );
+    assert_eq!(
+        ids(&everything(&store)),
+        ["policy"],
+        "nothing of the refused batch was written"
+    );
+    // The same version again is refused the same way, not answered Unchanged.
+    denied_at(&s2.add([official]), 0);
+}
+
+/// Another session's id can be neither taken over (a new version in `GlobalWritable` would be what
+/// its owner resolves) nor hidden (a new version in the writer's own scope would hide it from its
+/// owner); the refusal reveals no content, hash or version of it.
+#[test]
+fn a_session_cannot_supersede_or_probe_another_sessions_item() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(dir.path()).expect("open");
+    let (s1, s2) = (store.session("s1"), store.session("s2"));
+    let secret = json!({"pin": "4711"});
+    s1.add([plain("card", "1", secret.clone(), s("s1"))])
+        .expect("s1 writes");
+    s1.add([plain("plan", "1", json!("mine"), s("s1"))]).expect("s1 writes");
+    let attempts = [
+        s2.add([plain("card", "2", json!("injected by s2"), Scope::GlobalWritable)]),
+        s2.add([plain("plan", "2", json!("hidden by s2"), s("s2"))]),
+        // A wrong guess of the stored content, and the right one.
+        s2.add([plain("card", "1", json!({"pin": "0000"}), s("s2"))]),
+        s2.add([plain("card", "1", secret.clone(), s("s2"))]),
+    ];
+    for attempt in &attempts {
+        let reason = denied_at(attempt, 0);
+        assert!(
+            !reason.contains(&expected_hash(&secret)) && !reason.contains("4711"),
+            "{reason}"
+        );
+        assert!(!reason.contains("s1"), "the refusal does not name the owner: {reason}");
+    }
+    let mine = s1.resolve(["card", "plan"]).expect("resolve");
+    assert_eq!(found(&mine[0]).content, secret);
+    assert_eq!(found(&mine[1]).content, json!("mine"));
+    assert_eq!(everything(&store).len(), 2, "no refused version was written");
+    // The owner itself still adds versions of its ids, and the store handle may write any scope.
+    s1.add([plain("card", "2", json!({"pin": "1234"}), s("s1"))])
+        .expect("the owner adds a version");
+    store
+        .add([plain("plan", "2", json!("moved by the store"), Scope::GlobalWritable)])
+        .expect("the store handle is not restricted");
+}
+
+/// An id whose every version is in `GlobalWritable` (or the session's own scope) takes new versions
+/// from any session: what any session may write, it may also supersede.
+#[test]
+fn global_writable_ids_take_versions_from_every_session() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(dir.path()).expect("open");
+    let (s1, s2) = (store.session("s1"), store.session("s2"));
+    s1.add([plain("board", "1", json!("from s1"), Scope::GlobalWritable)])
+        .expect("s1");
+    s2.add([plain("board", "2", json!("from s2"), Scope::GlobalWritable)])
+        .expect("s2 adds a version");
+    match &s2.add([plain("board", "1", json!("other"), Scope::GlobalWritable)]) {
+        // s2 can read version 1: a conflict may name its hash.
+        Err(Error::VersionConflict { existing, .. }) => assert_eq!(*existing, expected_hash(&json!("from s1"))),
+        other => panic!("expected VersionConflict, got {other:?}"),
+    }
+    assert_eq!(
+        found(&s1.resolve(["board"]).expect("resolve")[0]).content,
+        json!("from s2")
+    );
+    // A delete starts a fresh history: a readonly id deleted by the store may be reused.
+    store
+        .add([plain("notice", "1", json!("ro"), Scope::GlobalReadonly)])
+        .expect("ro");
+    denied_at(&s2.add([plain("notice", "2", json!("rw"), Scope::GlobalWritable)]), 0);
+    assert!(store.delete("notice").expect("delete"));
+    s2.add([plain("notice", "1", json!("rw"), Scope::GlobalWritable)])
+        .expect("a fresh history");
+}
+
+/// What decides is the id's latest version: once its owner made an id global-writable, other
+/// sessions add versions to it; once the latest version expired and compaction reclaimed it (its
+/// content gone), the id takes versions from any session, as a new id would.
+#[test]
+fn the_latest_version_of_an_id_decides_who_may_add_to_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = Arc::new(ManualClock::new(TS));
+    let store = Options::new().clock(clock.clone()).open(dir.path()).expect("open");
+    let (s1, s2) = (store.session("s1"), store.session("s2"));
+    s1.add([plain("draft", "1", json!("private"), s("s1"))]).expect("private");
+    denied_at(&s2.add([plain("draft", "2", json!("s2"), Scope::GlobalWritable)]), 0);
+    s1.add([plain("draft", "2", json!("published"), Scope::GlobalWritable)]).expect("published");
+    s2.add([plain("draft", "3", json!("edited by s2"), Scope::GlobalWritable)]).expect("now global");
+    assert_eq!(found(&s1.resolve(["draft"]).expect("resolve")[0]).content, json!("edited by s2"));
+    // An item of s1 with a TTL: while it is stored, s2 may not add to its id; once reclaimed, it may.
+    s1.add([plain("temp", "1", json!("short-lived"), s("s1")).with_ttl(60)]).expect("ttl");
+    clock.advance(61);
+    denied_at(&s2.add([plain("temp", "2", json!("s2"), Scope::GlobalWritable)]), 0);
+    store.compact().expect("compact");
+    s2.add([plain("temp", "2", json!("s2"), Scope::GlobalWritable)]).expect("the expired item was reclaimed");
+    assert_eq!(found(&s1.resolve(["temp"]).expect("resolve")[0]).content, json!("s2"));
+}
+
+/// A session's query stats count only the entries of the scopes it may see: another session's items
+/// in the set walked do not change them.
+#[test]
+fn a_sessions_query_stats_do_not_count_another_sessions_items() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(dir.path()).expect("open");
+    let globals: Vec<ContextItem> = (0..10)
+        .map(|n| plain(&format!("g{n}"), "1", json!(n), Scope::GlobalReadonly))
+        .collect();
+    store.add(globals).expect("globals");
+    let feedback = |id: String, scope: Scope| {
+        let mut item = plain(&id, "1", json!(id), scope);
+        item.kind = "user_feedback".into();
+        item.timestamp = TS + 77;
+        item
+    };
+    store
+        .session("s1")
+        .add([feedback("fb_s1".into(), s("s1"))])
+        .expect("s1 writes");
+    let q = ContextQuery::new()
+        .types(["user_feedback"])
+        .time_range(TimeRange::new(TS + 77, TS + 77).expect("range"));
+    let (_, before) = store.session("s1").get_with_stats(&q).expect("get");
+    let s2_items: Vec<ContextItem> = (0..3).map(|n| feedback(format!("fb{n}"), s("s2"))).collect();
+    store.session("s2").add(s2_items).expect("s2 writes");
+    let (items, after) = store.session("s1").get_with_stats(&q).expect("get");
+    assert_eq!(ids(&items), ["fb_s1"]);
+    assert_eq!(
+        (before.index, before.examined, before.returned),
+        (IndexUsed::Type, 1, 1)
+    );
+    assert_eq!(after, before, "s2's items changed s1's stats");
+    // The store handle counts every entry it walks.
+    let (_, all) = store.get_with_stats(&q).expect("get");
+    assert_eq!((all.examined, all.returned), (4, 4));
+}
+
+/// A pin stores its session to restrict the snapshot again when it is opened: a session id that
+/// breaks the id rules (empty, which would read back as no session, or over 255 bytes, which does not
+/// fit the record) is refused with `Invalid` on `session_id`, and nothing is pinned.
+#[test]
+fn a_pin_from_a_session_id_that_breaks_the_id_rules_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    {
+        let store = Store::open(dir.path()).expect("open");
+        store
+            .session("s1")
+            .add([plain("s1_private", "1", json!("private"), s("s1"))])
+            .expect("s1");
+        store
+            .add([plain("g", "1", json!("global"), Scope::GlobalReadonly)])
+            .expect("global");
+        for (session, name) in [("", "empty-pin"), (&*"a".repeat(300), "long-pin"), ("a b", "space-pin")] {
+            let view = store.session(session);
+            assert_eq!(ids(&view.get(&ContextQuery::new()).expect("get")), ["g"]);
+            match view.snapshot().pin(name) {
+                Err(Error::Invalid { field, .. }) => assert_eq!(field, "session_id"),
+                other => panic!("pin from session {session:?}: expected Invalid session_id, got {other:?}"),
+            }
+            assert!(matches!(store.open_snapshot(name), Err(Error::SnapshotNotFound { .. })));
+        }
+        store
+            .session("s1")
+            .snapshot()
+            .pin("s1-pin")
+            .expect("a valid session pins");
+        store
+            .add([plain("after", "1", json!("after the pins"), Scope::GlobalReadonly)])
+            .expect("add");
+    }
+    let store = Store::open(dir.path()).expect("reopen");
+    assert_eq!(ids(&everything(&store)), ["after", "g", "s1_private"]);
+    let pinned = store.open_snapshot("s1-pin").expect("open pin");
+    assert_eq!(
+        ids(&pinned.get(&ContextQuery::new()).expect("get")),
+        ["g", "s1_private"]
+    );
+    assert_eq!(pinned.session(), Some("s1"));
 }

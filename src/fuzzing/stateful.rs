@@ -568,6 +568,21 @@ impl Model {
             let mut item = item.clone();
             item.hash = Some(hex_sha256(canonical_json(&item.content)));
             let history = ids.entry(item.id.clone()).or_default();
+            // A session adds versions only to ids whose latest version (since the last delete), if
+            // not reclaimed, is in a scope it may write; this is checked before versions are compared.
+            if let Some(session) = session {
+                let writable = |scope: &Scope| match scope {
+                    Scope::Session(owner) => owner == session,
+                    Scope::GlobalWritable => true,
+                    Scope::GlobalReadonly => false,
+                };
+                if history
+                    .last()
+                    .is_some_and(|latest| !latest.reclaimed && !writable(&latest.item.scope))
+                {
+                    return Err(AddError::PermissionDenied(position));
+                }
+            }
             match history.iter().find(|known| known.item.version == item.version) {
                 Some(known) if known.item.hash == item.hash => {
                     out.push(AddExpect::Unchanged(item.id.clone(), item.version.clone()));

@@ -18,7 +18,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 use crate::error::{Error, Result};
 use crate::index::{FastMap, Location, PinInfo, Unpublished};
-use crate::item::{format_hash, TypeRegistry, TypeSpec, ValidItem};
+use crate::item::{format_hash, Scope, TypeRegistry, TypeSpec, ValidItem};
 use crate::log::record::{set_frame_header, BatchEncoder, PutView, ScopeView};
 use crate::log::segment::{segment_file_name, Segment, SegmentHeader, SEGMENT_HEADER_BYTES};
 use crate::storage::{Allocation, Storage, StorageFile};
@@ -113,6 +113,8 @@ pub(crate) struct Answer {
 pub(crate) enum Command {
     Write {
         ops: Vec<Op>,
+        /// The session view the batch comes from (`None`: the store itself).
+        session: Option<Arc<str>>,
         reply: Sender<Result<Answer>>,
     },
     Flush {
@@ -174,7 +176,8 @@ struct Overlay {
 struct PendingId {
     /// Deleted in this group: the index's history of the id no longer counts.
     reset: bool,
-    versions: Vec<(String, [u8; 32])>,
+    /// Each version added: its version string, content hash and scope.
+    versions: Vec<(String, [u8; 32], Scope)>,
 }
 
 impl Overlay {
@@ -521,12 +524,12 @@ impl Writer {
                 match command {
                     Command::Flush { reply } => flushes.push(reply),
                     Command::Rotate { reply } => rotations.push(reply),
-                    Command::Write { ops, reply } => {
+                    Command::Write { ops, session, reply } => {
                         if let Some(reason) = &self.poisoned {
                             let _ = reply.send(Err(Error::Poisoned { reason: reason.clone() }));
                             continue;
                         }
-                        match plan(&index, &registry, &overlay, &ops, solo) {
+                        match plan(&index, &registry, &overlay, &ops, solo, session.as_deref()) {
                             Ok((outcomes, batch_overlay, encoder)) => {
                                 overlay.merge(batch_overlay);
                                 staged.push(Staged {
@@ -862,7 +865,14 @@ type Plan = (Vec<OpOutcome>, Overlay, Option<EncodedBatch>);
 /// Checks one batch against the index and the earlier batches of its group, and encodes what it
 /// writes. Nothing is changed if any operation is refused. `solo`: the batch is the only write of
 /// its group.
-fn plan(index: &crate::index::Index, registry: &TypeRegistry, group: &Overlay, ops: &[Op], solo: bool) -> Result<Plan> {
+fn plan(
+    index: &crate::index::Index,
+    registry: &TypeRegistry,
+    group: &Overlay,
+    ops: &[Op],
+    solo: bool,
+    session: Option<&str>,
+) -> Result<Plan> {
     // The overlay tells the batch's later operations and the group's later batches what the batch
     // did. The only batch of a group, of puts of distinct ids (a bulk load), has no reader for it:
     // none is built (three allocations per put saved on the writer thread).
@@ -885,6 +895,20 @@ fn plan(index: &crate::index::Index, registry: &TypeRegistry, group: &Overlay, o
         match op {
             Op::Put(valid) => {
                 let item = &valid.item;
+                // Before anything about the id's versions is compared (and so revealed): a session
+                // adds versions only to ids whose latest version it may write itself.
+                if let Some(session) = session {
+                    if !session_may_write(index, group, &batch, &item.id, session) {
+                        return Err(Error::PermissionDenied {
+                            reason: format!(
+                                "session {session:?} may not add a version of id {:?}: its latest version is in a \
+                                 scope this session may not write",
+                                item.id
+                            ),
+                            index: Some(position),
+                        });
+                    }
+                }
                 match existing_hash(index, group, &batch, &item.id, &item.version)? {
                     Some(existing) if existing == valid.hash => {
                         outcomes.push(OpOutcome::Unchanged);
@@ -902,12 +926,11 @@ fn plan(index: &crate::index::Index, registry: &TypeRegistry, group: &Overlay, o
                     None => {}
                 }
                 if tracked {
-                    batch
-                        .ids
-                        .entry(item.id.clone())
-                        .or_default()
-                        .versions
-                        .push((item.version.clone(), valid.hash));
+                    batch.ids.entry(item.id.clone()).or_default().versions.push((
+                        item.version.clone(),
+                        valid.hash,
+                        item.scope.clone(),
+                    ));
                 }
                 let start = encoder.push_encoded(&valid.record);
                 records.push(RecordSpan::since(position, start, &encoder));
@@ -1001,7 +1024,7 @@ fn existing_hash(
 ) -> Result<Option<[u8; 32]>> {
     for overlay in [batch, group] {
         if let Some(pending) = overlay.ids.get(id) {
-            if let Some((_, hash)) = pending.versions.iter().find(|(v, _)| v == version) {
+            if let Some((_, hash, _)) = pending.versions.iter().find(|(v, _, _)| v == version) {
                 return Ok(Some(*hash));
             }
             if pending.reset {
@@ -1019,6 +1042,35 @@ fn existing_hash(
         }
     }
     Ok(None)
+}
+
+/// Whether a session view of `session` may add a version of id `id`: the id's latest version
+/// (in this batch, the group's earlier batches, or the index, since the id's last delete), if its
+/// record is still stored, is in a scope the session may write (its own or `GlobalWritable`).
+/// Otherwise a session could replace a `GlobalReadonly` item for every reader, or another session's
+/// item under that session's own id, and comparing its version with the stored ones would tell it
+/// their hashes. A latest version whose record compaction reclaimed (expired) holds no content and
+/// keeps no scope (docs/FORMAT.md: a retired version's scope is not stored): it does not count.
+fn session_may_write(index: &crate::index::Index, group: &Overlay, batch: &Overlay, id: &str, session: &str) -> bool {
+    let writable = |scope: &Scope| match scope {
+        Scope::Session(owner) => owner == session,
+        Scope::GlobalWritable => true,
+        Scope::GlobalReadonly => false,
+    };
+    for overlay in [batch, group] {
+        if let Some(pending) = overlay.ids.get(id) {
+            if let Some((_, _, scope)) = pending.versions.last() {
+                return writable(scope);
+            }
+            if pending.reset {
+                return true;
+            }
+        }
+    }
+    match index.current_history(id).next() {
+        Some(latest) if latest.is_stored() => index.scopes.value(latest.scope).is_some_and(writable),
+        _ => true,
+    }
 }
 
 /// Whether `name` is pinned once the earlier batches of the group and this one are applied.
@@ -1113,12 +1165,17 @@ mod tests {
     /// Plans `batches` as one group, as `Writer::process` does (a batch that passes adds its changes
     /// to the group's overlay): what each batch was answered.
     fn plan_group(batches: Vec<Vec<Op>>) -> Vec<std::result::Result<Vec<OpOutcome>, String>> {
+        plan_group_of(batches.into_iter().map(|ops| (None, ops)).collect())
+    }
+
+    /// As [`plan_group`], each batch from the session view named beside it (`None`: the store).
+    fn plan_group_of(batches: Vec<(Option<&str>, Vec<Op>)>) -> Vec<std::result::Result<Vec<OpOutcome>, String>> {
         let index = crate::index::Index::default();
         let registry = TypeRegistry::default();
         let mut overlay = Overlay::default();
         let mut answers = Vec::new();
-        for ops in batches {
-            match plan(&index, &registry, &overlay, &ops, false) {
+        for (session, ops) in batches {
+            match plan(&index, &registry, &overlay, &ops, false, session) {
                 Ok((outcomes, batch, _frame)) => {
                     overlay.merge(batch);
                     answers.push(Ok(outcomes));
@@ -1127,6 +1184,72 @@ mod tests {
             }
         }
         answers
+    }
+
+    fn scoped_put(id: &str, version: &str, text: &str, scope: Scope) -> Op {
+        let mut item = ContextItem::new(
+            id,
+            "document_chunk",
+            serde_json::json!({ "text": text }),
+            "test",
+            1_700_000_000,
+            version,
+            scope,
+        );
+        item.hash = None;
+        Op::Put(validate_item(item, &TypeRegistry::default(), CONTENT_BYTES_DEFAULT, false).expect("valid item"))
+    }
+
+    #[test]
+    fn a_sessions_batch_may_not_add_to_an_id_an_earlier_batch_of_its_group_gave_a_scope_it_may_not_write() {
+        use OpOutcome::*;
+        let added = || Added { seq: 0 };
+        let s1 = || Scope::Session("s1".into());
+        let answers = plan_group_of(vec![
+            (
+                Some("s1"),
+                vec![
+                    scoped_put("a", "1", "mine", s1()),
+                    scoped_put("b", "1", "shared", Scope::GlobalWritable),
+                ],
+            ),
+            (None, vec![scoped_put("c", "1", "read only", Scope::GlobalReadonly)]),
+            // Another session: s1's id (same version, same content: no Unchanged answer), s1's id
+            // again (new version), the read-only id: each refused before its versions are compared.
+            (Some("s2"), vec![scoped_put("a", "1", "mine", Scope::GlobalWritable)]),
+            (Some("s2"), vec![scoped_put("a", "2", "taken", Scope::GlobalWritable)]),
+            (
+                Some("s2"),
+                vec![
+                    scoped_put("b", "2", "fine", Scope::GlobalWritable),
+                    scoped_put("c", "2", "x", Scope::GlobalWritable),
+                ],
+            ),
+            // What s2 may write: the global_writable id, and its own.
+            (
+                Some("s2"),
+                vec![
+                    scoped_put("b", "2", "fine", Scope::GlobalWritable),
+                    scoped_put("d", "1", "own", Scope::Session("s2".into())),
+                ],
+            ),
+            // The owner and the store itself are not refused.
+            (Some("s1"), vec![scoped_put("a", "2", "mine again", s1())]),
+            (None, vec![scoped_put("c", "2", "by the store", Scope::GlobalReadonly)]),
+        ]);
+        assert_eq!(answers[0], Ok(vec![added(), added()]));
+        assert_eq!(answers[1], Ok(vec![added()]));
+        for (at, answer) in [(2, 0), (3, 0), (4, 1)] {
+            let message = answers[at].as_ref().expect_err("refused");
+            assert!(
+                message.contains(&format!("item {answer}: permission denied")),
+                "{message}"
+            );
+            assert!(!message.contains("hash"), "{message}");
+        }
+        assert_eq!(answers[5], Ok(vec![added(), added()]));
+        assert_eq!(answers[6], Ok(vec![added()]));
+        assert_eq!(answers[7], Ok(vec![added()]));
     }
 
     #[test]
@@ -1191,9 +1314,9 @@ mod tests {
         let index = crate::index::Index::default();
         let distinct: Vec<Op> = (0..300).map(|n| put(&format!("id-{n}"), "1", "x")).collect();
         assert!(distinct_put_ids(&distinct));
-        let (solo, solo_overlay, solo_frame) = plan(&index, &registry, &none, &distinct, true).expect("solo");
+        let (solo, solo_overlay, solo_frame) = plan(&index, &registry, &none, &distinct, true, None).expect("solo");
         let (tracked, tracked_overlay, tracked_frame) =
-            plan(&index, &registry, &none, &distinct, false).expect("tracked");
+            plan(&index, &registry, &none, &distinct, false, None).expect("tracked");
         assert_eq!(solo, tracked);
         assert!(solo.iter().all(|o| *o == added));
         assert_eq!(solo_frame.map(|f| f.0), tracked_frame.map(|f| f.0), "the same frame");
@@ -1208,12 +1331,12 @@ mod tests {
             put("a", "1", "z"),
         ];
         assert!(!distinct_put_ids(&repeated));
-        let conflict = plan(&index, &registry, &none, &repeated, true).map(|p| p.0);
+        let conflict = plan(&index, &registry, &none, &repeated, true, None).map(|p| p.0);
         assert!(
             matches!(conflict, Err(Error::VersionConflict { ref id, .. }) if id == "a"),
             "{conflict:?}"
         );
-        let same = plan(&index, &registry, &none, &repeated[..3], true).map(|p| p.0);
+        let same = plan(&index, &registry, &none, &repeated[..3], true, None).map(|p| p.0);
         assert_eq!(same.ok(), Some(vec![added.clone(), added, Unchanged]));
         // Not only puts: the overlay is built.
         assert!(!distinct_put_ids(&[put("a", "1", "x"), Op::Delete("b".into())]));
