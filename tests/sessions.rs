@@ -450,17 +450,25 @@ fn the_latest_version_of_an_id_decides_who_may_add_to_it() {
     let clock = Arc::new(ManualClock::new(TS));
     let store = Options::new().clock(clock.clone()).open(dir.path()).expect("open");
     let (s1, s2) = (store.session("s1"), store.session("s2"));
-    s1.add([plain("draft", "1", json!("private"), s("s1"))]).expect("private");
+    s1.add([plain("draft", "1", json!("private"), s("s1"))])
+        .expect("private");
     denied_at(&s2.add([plain("draft", "2", json!("s2"), Scope::GlobalWritable)]), 0);
-    s1.add([plain("draft", "2", json!("published"), Scope::GlobalWritable)]).expect("published");
-    s2.add([plain("draft", "3", json!("edited by s2"), Scope::GlobalWritable)]).expect("now global");
-    assert_eq!(found(&s1.resolve(["draft"]).expect("resolve")[0]).content, json!("edited by s2"));
+    s1.add([plain("draft", "2", json!("published"), Scope::GlobalWritable)])
+        .expect("published");
+    s2.add([plain("draft", "3", json!("edited by s2"), Scope::GlobalWritable)])
+        .expect("now global");
+    assert_eq!(
+        found(&s1.resolve(["draft"]).expect("resolve")[0]).content,
+        json!("edited by s2")
+    );
     // An item of s1 with a TTL: while it is stored, s2 may not add to its id; once reclaimed, it may.
-    s1.add([plain("temp", "1", json!("short-lived"), s("s1")).with_ttl(60)]).expect("ttl");
+    s1.add([plain("temp", "1", json!("short-lived"), s("s1")).with_ttl(60)])
+        .expect("ttl");
     clock.advance(61);
     denied_at(&s2.add([plain("temp", "2", json!("s2"), Scope::GlobalWritable)]), 0);
     store.compact().expect("compact");
-    s2.add([plain("temp", "2", json!("s2"), Scope::GlobalWritable)]).expect("the expired item was reclaimed");
+    s2.add([plain("temp", "2", json!("s2"), Scope::GlobalWritable)])
+        .expect("the expired item was reclaimed");
     assert_eq!(found(&s1.resolve(["temp"]).expect("resolve")[0]).content, json!("s2"));
 }
 

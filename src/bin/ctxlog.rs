@@ -529,8 +529,19 @@ fn demo(dir: Option<PathBuf>) -> Fallible<()> {
             Scope::Session("s2".into()),
         )]);
         let denied = matches!(write, Err(Error::PermissionDenied { .. }));
+        // A new version of s2's id in s1's own scope would take the id over: refused too.
+        let takeover = s1.add([ContextItem::new(
+            other.id.as_str(),
+            "message",
+            json!({"role": "user", "text": "taken over"}),
+            "chat_ui",
+            DEMO_NOW,
+            "intruder",
+            Scope::Session("s1".into()),
+        )]);
+        let takeover_denied = matches!(takeover, Err(Error::PermissionDenied { .. }));
         println!(
-            "session s1: get message -> {} items, all s1: {own_only}; resolve {} (s2's) -> {} (store: {}); write to s2 denied: {denied}",
+            "session s1: get message -> {} items, all s1: {own_only}; resolve {} (s2's) -> {} (store: {}); write to s2 denied: {denied}; new version of s2's id denied: {takeover_denied}",
             seen.len(),
             other.id,
             describe_all(&through_s1),
@@ -538,6 +549,7 @@ fn demo(dir: Option<PathBuf>) -> Fallible<()> {
         );
         let isolated = own_only
             && denied
+            && takeover_denied
             && matches!(through_s1.as_slice(), [Resolution::NotFound { .. }])
             && matches!(through_store.as_slice(), [Resolution::Found(_)]);
         checks.record("session isolation", isolated);
