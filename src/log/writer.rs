@@ -1141,6 +1141,10 @@ mod tests {
     use crate::limits::CONTENT_BYTES_DEFAULT;
 
     fn put(id: &str, version: &str, text: &str) -> Op {
+        scoped_put(id, version, text, Scope::GlobalWritable)
+    }
+
+    fn scoped_put(id: &str, version: &str, text: &str, scope: Scope) -> Op {
         let item = ContextItem::new(
             id,
             "document_chunk",
@@ -1148,7 +1152,7 @@ mod tests {
             "test",
             1_700_000_000,
             version,
-            Scope::GlobalWritable,
+            scope,
         );
         Op::Put(validate_item(item, &TypeRegistry::default(), CONTENT_BYTES_DEFAULT, false).expect("valid item"))
     }
@@ -1184,20 +1188,6 @@ mod tests {
             }
         }
         answers
-    }
-
-    fn scoped_put(id: &str, version: &str, text: &str, scope: Scope) -> Op {
-        let mut item = ContextItem::new(
-            id,
-            "document_chunk",
-            serde_json::json!({ "text": text }),
-            "test",
-            1_700_000_000,
-            version,
-            scope,
-        );
-        item.hash = None;
-        Op::Put(validate_item(item, &TypeRegistry::default(), CONTENT_BYTES_DEFAULT, false).expect("valid item"))
     }
 
     #[test]
