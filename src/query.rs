@@ -153,6 +153,15 @@ pub(crate) fn scope_visible(scope: &Scope, session: Option<&str>) -> bool {
     }
 }
 
+/// Whether a session view of `session` may write `scope`: its own session's, or `GlobalWritable`.
+pub(crate) fn scope_writable(scope: &Scope, session: &str) -> bool {
+    match scope {
+        Scope::Session(owner) => owner == session,
+        Scope::GlobalWritable => true,
+        Scope::GlobalReadonly => false,
+    }
+}
+
 fn lookup<'v>(content: &'v Value, path: &str) -> Option<&'v Value> {
     if let Some(value) = content.get(path) {
         return Some(value);

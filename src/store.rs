@@ -25,7 +25,7 @@ use crate::limits::{
 use crate::log::record::{decode_batch, RecordView};
 use crate::log::segment::{read_whole, SegmentHeader, SEGMENT_HEADER_BYTES};
 use crate::log::writer::{poll_then_recv, Answer, Command, Op, OpOutcome, Writer};
-use crate::query::{ContextQuery, QueryStats};
+use crate::query::{scope_writable, ContextQuery, QueryStats};
 use crate::recovery::{next_base_seq, recover, scan_frames, RecoveryStats, ScanEnd};
 use crate::snapshot::{RawItem, RawResolution, Receipt, Resolution, Snapshot, SnapshotInfo};
 use crate::storage::{DirLock, FileStorage, Storage};
@@ -416,7 +416,7 @@ impl Shared {
     /// [`Shared::submit`], with the operations handed back, running `meanwhile` on this thread once
     /// they are sent, before waiting for their answer: work that would otherwise wait for the write
     /// and its fsync. `session`: the session view the puts come from, if any; the writer refuses a
-    /// put of an id whose history the session may not write.
+    /// put of an id whose latest version the session may not write.
     pub(crate) fn submit_then(
         &self,
         ops: Vec<Op>,
@@ -712,7 +712,7 @@ impl Store {
     fn add_checked<I: IntoIterator<Item = ContextItem>>(
         &self,
         items: I,
-        session: Option<&str>,
+        session: Option<&Arc<str>>,
     ) -> Result<Vec<AddOutcome>> {
         let registry = self.inner.shared.registry();
         let max_content = self.inner.options.max_content_bytes;
@@ -755,7 +755,7 @@ impl Store {
             .collect();
         writing.get_or_insert_with(|| Writing::enter(&self.inner.shared.writers));
         let shared = &self.inner.shared;
-        let Answer { outcomes, ops } = shared.submit_then(ops, session.map(Arc::from), move || {
+        let Answer { outcomes, ops } = shared.submit_then(ops, session.cloned(), move || {
             drop(contents);
             drop(shared.swap_leftovers(Vec::new()));
         })?;
@@ -1381,10 +1381,11 @@ where
 }
 
 fn check_session_scope(scope: &Scope, session: &str) -> Result<()> {
+    if scope_writable(scope, session) {
+        return Ok(());
+    }
     match scope {
-        Scope::Session(owner) if owner == session => Ok(()),
-        Scope::GlobalWritable => Ok(()),
-        Scope::Session(_) => Err(Error::PermissionDenied {
+        Scope::Session(_) | Scope::GlobalWritable => Err(Error::PermissionDenied {
             reason: format!("session {session:?} may not write to another session's scope"),
             index: None,
         }),

@@ -404,6 +404,15 @@ struct Model {
     ids: BTreeMap<String, Vec<Version>>,
 }
 
+/// Whether a session view of `session` may write `scope`.
+fn writable_by(scope: &Scope, session: &str) -> bool {
+    match scope {
+        Scope::Session(owner) => owner == session,
+        Scope::GlobalWritable => true,
+        Scope::GlobalReadonly => false,
+    }
+}
+
 fn visible_to(scope: &Scope, session: Option<&str>) -> bool {
     match (scope, session) {
         (Scope::Session(owner), Some(reader)) => owner == reader,
@@ -421,12 +430,7 @@ impl Model {
         if let Some(session) = session {
             // Validation (permissions included) comes before any conflict check.
             for (position, item) in items.iter().enumerate() {
-                let allowed = match &item.scope {
-                    Scope::Session(owner) => owner == session,
-                    Scope::GlobalWritable => true,
-                    Scope::GlobalReadonly => false,
-                };
-                if !allowed {
+                if !writable_by(&item.scope, session) {
                     return Err(AddError::PermissionDenied(position));
                 }
             }
@@ -440,14 +444,9 @@ impl Model {
             // A session adds versions only to ids whose latest version (since the last delete), if
             // not reclaimed, is in a scope it may write; this is checked before versions are compared.
             if let Some(session) = session {
-                let writable = |scope: &Scope| match scope {
-                    Scope::Session(owner) => owner == session,
-                    Scope::GlobalWritable => true,
-                    Scope::GlobalReadonly => false,
-                };
                 if history
                     .last()
-                    .is_some_and(|latest| !latest.reclaimed && !writable(&latest.item.scope))
+                    .is_some_and(|latest| !latest.reclaimed && !writable_by(&latest.item.scope, session))
                 {
                     return Err(AddError::PermissionDenied(position));
                 }

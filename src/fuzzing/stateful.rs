@@ -536,6 +536,15 @@ struct Model {
     ids: BTreeMap<String, Vec<Version>>,
 }
 
+/// Whether a session view of `session` may write `scope`.
+fn writable_by(scope: &Scope, session: &str) -> bool {
+    match scope {
+        Scope::Session(owner) => owner == session,
+        Scope::GlobalWritable => true,
+        Scope::GlobalReadonly => false,
+    }
+}
+
 fn visible_to(scope: &Scope, session: Option<&str>) -> bool {
     match (scope, session) {
         (Scope::Session(owner), Some(reader)) => owner == reader,
@@ -552,12 +561,7 @@ impl Model {
     fn add(&mut self, items: &[ContextItem], session: Option<&str>, step: usize) -> Result<Vec<AddExpect>, AddError> {
         if let Some(session) = session {
             for (position, item) in items.iter().enumerate() {
-                let allowed = match &item.scope {
-                    Scope::Session(owner) => owner == session,
-                    Scope::GlobalWritable => true,
-                    Scope::GlobalReadonly => false,
-                };
-                if !allowed {
+                if !writable_by(&item.scope, session) {
                     return Err(AddError::PermissionDenied(position));
                 }
             }
@@ -571,14 +575,9 @@ impl Model {
             // A session adds versions only to ids whose latest version (since the last delete), if
             // not reclaimed, is in a scope it may write; this is checked before versions are compared.
             if let Some(session) = session {
-                let writable = |scope: &Scope| match scope {
-                    Scope::Session(owner) => owner == session,
-                    Scope::GlobalWritable => true,
-                    Scope::GlobalReadonly => false,
-                };
                 if history
                     .last()
-                    .is_some_and(|latest| !latest.reclaimed && !writable(&latest.item.scope))
+                    .is_some_and(|latest| !latest.reclaimed && !writable_by(&latest.item.scope, session))
                 {
                     return Err(AddError::PermissionDenied(position));
                 }

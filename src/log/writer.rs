@@ -21,6 +21,7 @@ use crate::index::{FastMap, Location, PinInfo, Unpublished};
 use crate::item::{format_hash, Scope, TypeRegistry, TypeSpec, ValidItem};
 use crate::log::record::{set_frame_header, BatchEncoder, PutView, ScopeView};
 use crate::log::segment::{segment_file_name, Segment, SegmentHeader, SEGMENT_HEADER_BYTES};
+use crate::query::scope_writable;
 use crate::storage::{Allocation, Storage, StorageFile};
 use crate::store::{Durability, Shared};
 
@@ -1052,11 +1053,7 @@ fn existing_hash(
 /// their hashes. A latest version whose record compaction reclaimed (expired) holds no content and
 /// keeps no scope (docs/FORMAT.md: a retired version's scope is not stored): it does not count.
 fn session_may_write(index: &crate::index::Index, group: &Overlay, batch: &Overlay, id: &str, session: &str) -> bool {
-    let writable = |scope: &Scope| match scope {
-        Scope::Session(owner) => owner == session,
-        Scope::GlobalWritable => true,
-        Scope::GlobalReadonly => false,
-    };
+    let writable = |scope: &Scope| scope_writable(scope, session);
     for overlay in [batch, group] {
         if let Some(pending) = overlay.ids.get(id) {
             if let Some((_, _, scope)) = pending.versions.last() {
