@@ -28,7 +28,7 @@ use std::time::Duration;
 use ctxlog::storage::SimDisk;
 use ctxlog::*;
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestCaseError, TestError, TestRunner};
+use proptest::test_runner::{Config, RngSeed, TestCaseError, TestError, TestRunner};
 use serde_json::json;
 
 const DEFAULT_CASES: u32 = 10_000;
@@ -482,26 +482,62 @@ fn cases() -> u32 {
         .unwrap_or(DEFAULT_CASES)
 }
 
+/// Threads the honest run's cases are split over, each with a runner of its own: one case is
+/// single-threaded work (the store's threads mostly wait on each other), so one runner would leave
+/// the other cores idle.
+fn runners(cases: u32) -> u32 {
+    let cores = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
+    u32::try_from(cores).unwrap_or(u32::MAX).clamp(1, 4).min(cases.max(1))
+}
+
 #[test]
 fn acknowledged_batches_survive_power_loss() {
     let started = std::time::Instant::now();
-    let mut runner = TestRunner::new(Config {
-        cases: cases(),
-        failure_persistence: None,
-        ..Config::default()
+    let total = cases();
+    let threads = runners(total);
+    let done = std::sync::atomic::AtomicU32::new(0);
+    let failures: Vec<String> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|thread| {
+                let done = &done;
+                scope.spawn(move || {
+                    let base = Config::default();
+                    // A fixed seed (PROPTEST_RNG_SEED) gives each runner its own, derived from it.
+                    let rng_seed = match base.rng_seed {
+                        RngSeed::Fixed(seed) => RngSeed::Fixed(seed.wrapping_add(u64::from(thread))),
+                        RngSeed::Random => RngSeed::Random,
+                    };
+                    let mut runner = TestRunner::new(Config {
+                        cases: total / threads + u32::from(thread < total % threads),
+                        failure_persistence: None,
+                        rng_seed,
+                        ..base
+                    });
+                    let result = runner.run(&case(), |case| {
+                        let done = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                        if done.is_multiple_of(100_000) {
+                            eprintln!("power loss: {done} cases in {:.1?}", started.elapsed());
+                        }
+                        check(&case, HONEST).map_err(TestCaseError::fail)
+                    });
+                    result.err().map(|e| format!("runner {thread}: {e}"))
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .filter_map(|handle| handle.join().expect("a power-loss runner panicked outside a case"))
+            .collect()
     });
-    let done = std::cell::Cell::new(0u32);
-    let result = runner.run(&case(), |case| {
-        done.set(done.get() + 1);
-        if done.get().is_multiple_of(100_000) {
-            eprintln!("power loss: {} cases in {:.1?}", done.get(), started.elapsed());
-        }
-        check(&case, HONEST).map_err(TestCaseError::fail)
-    });
-    if let Err(e) = result {
-        panic!("{e}");
+    if let Some(first) = failures.first() {
+        panic!("{first}");
     }
-    eprintln!("power loss: {} cases in {:.1?}", cases(), started.elapsed());
+    let ran = done.into_inner();
+    eprintln!(
+        "power loss: {ran} cases on {threads} threads in {:.1?}",
+        started.elapsed()
+    );
+    assert_eq!(ran, total, "every case ran once");
     for (what, cases) in COVERAGE
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
