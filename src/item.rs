@@ -90,6 +90,23 @@ impl Scope {
 }
 
 impl ContextItem {
+    /// An item of empty strings and null content, which allocates nothing: what a batch keeps
+    /// in the slot of an item taken out of it.
+    pub(crate) fn vacant() -> Self {
+        ContextItem {
+            id: String::new(),
+            kind: String::new(),
+            content: Value::Null,
+            source: String::new(),
+            timestamp: 0,
+            version: String::new(),
+            hash: None,
+            scope: Scope::GlobalReadonly,
+            ttl_seconds: None,
+            confidence: None,
+        }
+    }
+
     /// An item without hash, TTL or confidence. Nothing is checked here: the store validates
     /// every item when it is added.
     #[must_use]

@@ -331,7 +331,7 @@ pub(crate) struct Shared {
     /// What the last large `add` left of its items once answered (their records, and their type,
     /// source, scope and hash strings): freed by the next `add` while it waits for its own answer,
     /// instead of on the way to the caller's return. At most [`LEFTOVER_ITEMS_MAX`] items.
-    leftovers: Mutex<Vec<ValidItem>>,
+    leftovers: Mutex<Vec<Op>>,
     /// `Options::read_threads`.
     pub(crate) read_threads: usize,
 }
@@ -439,7 +439,7 @@ impl Shared {
     /// Puts `rest` in place of the kept leftovers (see [`Shared::leftovers`]) and returns those, for
     /// the caller to free outside the lock: an `add` takes them (`rest` empty) to free while it
     /// waits, and leaves its own once answered.
-    fn swap_leftovers(&self, rest: Vec<ValidItem>) -> Vec<ValidItem> {
+    fn swap_leftovers(&self, rest: Vec<Op>) -> Vec<Op> {
         std::mem::replace(
             &mut *self.leftovers.lock().unwrap_or_else(std::sync::PoisonError::into_inner),
             rest,
@@ -717,17 +717,16 @@ impl Store {
         let registry = self.inner.shared.registry();
         let max_content = self.inner.options.max_content_bytes;
         let compress = self.inner.options.compress_content;
-        let mut batch = Vec::new();
-        for (position, item) in items.into_iter().enumerate() {
-            if position >= BATCH_ITEMS_MAX {
-                return Err(Error::TooLarge {
-                    what: "batch (items)".into(),
-                    len: position as u64 + 1,
-                    max: BATCH_ITEMS_MAX as u64,
-                    index: None,
-                });
-            }
-            batch.push(item);
+        // Collected in place when the items come as a Vec (a move of ~200 KiB per 1,000 items
+        // saved); the run that checks an item takes it out of its slot.
+        let mut batch: Vec<ContextItem> = items.into_iter().take(BATCH_ITEMS_MAX + 1).collect();
+        if batch.len() > BATCH_ITEMS_MAX {
+            return Err(Error::TooLarge {
+                what: "batch (items)".into(),
+                len: BATCH_ITEMS_MAX as u64 + 1,
+                max: BATCH_ITEMS_MAX as u64,
+                index: None,
+            });
         }
         // A small batch counts as writing from now: it is validated in microseconds, and the writer
         // thread may wait for it. A large one only once it is validated and sent, so that nobody
@@ -739,7 +738,7 @@ impl Store {
             }
             validate_item(item, &registry, max_content, compress).map_err(|e| e.at(position))
         };
-        let valid = validate_batch(batch, self.inner.options.add_threads, &check)?;
+        let valid = validate_batch(&mut batch, self.inner.options.add_threads, &check)?;
         if valid.is_empty() {
             return Ok(Vec::new());
         }
@@ -759,27 +758,22 @@ impl Store {
             drop(contents);
             drop(shared.swap_leftovers(Vec::new()));
         })?;
-        let leave = leaves_leftovers(ops.len());
-        let mut rest = Vec::with_capacity(if leave { ops.len() } else { 0 });
-        let answered = ops
-            .into_iter()
-            .zip(outcomes)
-            .filter_map(|(op, outcome)| {
-                let Op::Put(mut valid) = op else { return None };
-                let id = std::mem::take(&mut valid.item.id);
-                let version = std::mem::take(&mut valid.item.version);
-                if leave {
-                    rest.push(valid);
-                }
-                Some(match outcome {
-                    OpOutcome::Added { seq } => AddOutcome::Added { id, version, seq },
-                    _ => AddOutcome::Unchanged { id, version },
-                })
-            })
-            .collect();
-        if leave {
+        // The ids and versions are taken out for the answer; the rest of the operations stay in
+        // place (no second array of ~300 KiB per 1,000 items) and are kept as the leftovers.
+        let mut ops = ops;
+        let mut answered = Vec::with_capacity(ops.len());
+        for (op, outcome) in ops.iter_mut().zip(outcomes) {
+            let Op::Put(valid) = op else { continue };
+            let id = std::mem::take(&mut valid.item.id);
+            let version = std::mem::take(&mut valid.item.version);
+            answered.push(match outcome {
+                OpOutcome::Added { seq } => AddOutcome::Added { id, version, seq },
+                _ => AddOutcome::Unchanged { id, version },
+            });
+        }
+        if leaves_leftovers(ops.len()) {
             // Another thread's leftovers, left between this add's wait and now, are freed here.
-            drop(shared.swap_leftovers(rest));
+            drop(shared.swap_leftovers(ops));
         }
         Ok(answered)
     }
@@ -1355,28 +1349,26 @@ fn start_maintenance(
 /// Runs `check` on every item of `batch` with its position, on up to `threads` threads (the calling
 /// one and scoped helpers), each taking a contiguous run. Returns the checked items in order, or the
 /// error of the first refused position: the same answer as checking them one by one.
-fn validate_batch<F>(batch: Vec<ContextItem>, threads: usize, check: &F) -> Result<Vec<ValidItem>>
+fn validate_batch<F>(slots: &mut [ContextItem], threads: usize, check: &F) -> Result<Vec<ValidItem>>
 where
     F: Fn(usize, ContextItem) -> Result<ValidItem> + Sync,
 {
-    if threads.min(batch.len() / PARALLEL_ADD_ITEMS_MIN) <= 1 {
-        return batch
-            .into_iter()
+    // An item is taken out of its slot (which keeps an empty item, no allocation) by its check.
+    let take =
+        |position: usize, slot: &mut ContextItem| check(position, std::mem::replace(slot, ContextItem::vacant()));
+    if threads.min(slots.len() / PARALLEL_ADD_ITEMS_MIN) <= 1 {
+        return slots
+            .iter_mut()
             .enumerate()
-            .map(|(position, item)| check(position, item))
+            .map(|(position, slot)| take(position, slot))
             .collect();
     }
-    // Each item is taken out of its slot by the run that checks it.
-    let mut slots: Vec<Option<ContextItem>> = batch.into_iter().map(Some).collect();
     crate::parallel::map_in_runs(
-        &mut slots,
+        slots,
         threads,
         PARALLEL_ADD_ITEMS_MIN,
         "ctxlog-add",
-        &|(): &mut (), position, slot: &mut Option<ContextItem>| match slot.take() {
-            Some(item) => check(position, item),
-            None => Err(Error::invalid("add", "an item of the batch was checked twice")),
-        },
+        &|(): &mut (), position, slot: &mut ContextItem| take(position, slot),
     )
 }
 
@@ -1508,8 +1500,48 @@ mod tests {
     fn leftovers(store: &Store) -> Vec<(String, String, usize)> {
         let left = store.inner.shared.leftovers.lock().unwrap();
         left.iter()
-            .map(|valid| (valid.item.kind.clone(), valid.item.source.clone(), valid.record.len()))
+            .filter_map(|op| match op {
+                Op::Put(valid) => Some((valid.item.kind.clone(), valid.item.source.clone(), valid.record.len())),
+                _ => None,
+            })
             .collect()
+    }
+
+    #[test]
+    fn a_batch_over_the_item_limit_is_refused_after_one_item_too_many_and_writes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Options::new().durability(Durability::Never).open(dir.path()).unwrap();
+        // An endless iterator: the add takes one item over the limit, no more, and refuses.
+        let mut made = 0usize;
+        let items = std::iter::from_fn(|| {
+            made += 1;
+            Some(ContextItem::new(
+                format!("i{made}"),
+                "message",
+                serde_json::json!({}),
+                "src",
+                1_700_000_000,
+                "1",
+                Scope::GlobalReadonly,
+            ))
+        });
+        match store.add(items) {
+            Err(Error::TooLarge {
+                what,
+                len,
+                max,
+                index: None,
+            }) => {
+                assert_eq!(what, "batch (items)");
+                assert_eq!((len, max), (BATCH_ITEMS_MAX as u64 + 1, BATCH_ITEMS_MAX as u64));
+            }
+            other => panic!("expected TooLarge, got {other:?}"),
+        }
+        assert_eq!(made, BATCH_ITEMS_MAX + 1);
+        assert_eq!(store.stats().items, 0);
+        // The refusal left the store usable: the next batch goes through whole.
+        assert_eq!(store.add(batch(0, 3)).unwrap().len(), 3);
+        assert_eq!(store.stats().items, 3);
     }
 
     #[test]
@@ -1523,6 +1555,14 @@ mod tests {
         // The rest of the 300 items waits for the next add: records and strings, ids taken out.
         let left = leftovers(&store);
         assert_eq!(left.len(), 300);
+        assert!(store
+            .inner
+            .shared
+            .leftovers
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|op| matches!(op, Op::Put(valid) if valid.item.id.is_empty() && valid.item.version.is_empty())));
         assert!(left
             .iter()
             .all(|(kind, source, record)| kind == "message" && source == "src" && *record > 0));

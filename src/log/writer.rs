@@ -891,7 +891,7 @@ fn plan(
         })
         .sum();
     let mut encoder = BatchEncoder::with_capacity(record_bytes);
-    let mut records = Vec::new();
+    let mut records = Vec::with_capacity(ops.len());
     for (position, op) in ops.iter().enumerate() {
         match op {
             Op::Put(valid) => {
