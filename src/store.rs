@@ -328,21 +328,33 @@ pub(crate) struct Shared {
     /// Set by every read and query, cleared by the maintenance thread while it looks for a lull
     /// (see [`Store`], "Checkpoints").
     read_since_look: AtomicBool,
-    /// What the last large `add` left of its items once answered (their records, and their type,
-    /// source, scope and hash strings): freed by the next `add` while it waits for its own answer,
-    /// instead of on the way to the caller's return. At most [`LEFTOVER_ITEMS_MAX`] items.
-    leftovers: Mutex<Vec<Op>>,
+    /// What a large `add` left of its items once answered (see [`Garbage`]) when the free thread
+    /// was still busy: freed by the next `add` while it waits for its own answer, instead of on
+    /// the way to the caller's return. At most one batch of [`LEFTOVER_ITEMS_MAX`] items.
+    leftovers: Mutex<Option<Garbage>>,
     /// `Options::read_threads`.
     pub(crate) read_threads: usize,
 }
 
-/// The most items whose leftovers an `add` keeps for the next one to free (about 0.5 KiB each for
-/// W1-like items); a larger batch frees its own.
+/// What is left of a large add's items once it is answered: the content trees (taken out of the
+/// items once their canonical bytes are in the records) and the operations (the records, the type,
+/// source, scope and hash strings). Freeing them takes ~0.6 ms per 1,000 W1 items: done by the
+/// store's free thread (see [`StoreInner::freer`]) after the answer, they stay off the add's way
+/// and off the cores of its fsync and index insert.
+// Its fields are held only to be dropped (read by the tests alone).
+#[cfg_attr(not(test), allow(dead_code))]
+pub(crate) struct Garbage {
+    contents: Vec<serde_json::Value>,
+    ops: Vec<Op>,
+}
+
+/// The most items whose leftovers an `add` hands to the free thread or keeps for the next add to
+/// free (about 1 KiB each for W1-like items); a larger batch frees its own.
 const LEFTOVER_ITEMS_MAX: usize = 4096;
 
-/// Whether an `add` of `items` keeps its leftovers for the next one to free: a batch large enough
-/// to be validated on several threads (its frees take ~0.1 ms per 1,000 items), and not so large
-/// that keeping them holds much memory. A small batch frees its few on the spot.
+/// Whether an `add` of `items` leaves what is left of them to be freed later: a batch large
+/// enough to be validated on several threads, and not so large that keeping it holds much memory.
+/// A small batch frees its few on the spot (its contents while it waits).
 fn leaves_leftovers(items: usize) -> bool {
     (PARALLEL_ADD_ITEMS_MIN..=LEFTOVER_ITEMS_MAX).contains(&items)
 }
@@ -438,8 +450,8 @@ impl Shared {
 
     /// Puts `rest` in place of the kept leftovers (see [`Shared::leftovers`]) and returns those, for
     /// the caller to free outside the lock: an `add` takes them (`rest` empty) to free while it
-    /// waits, and leaves its own once answered.
-    fn swap_leftovers(&self, rest: Vec<Op>) -> Vec<Op> {
+    /// waits, and leaves its own there when the free thread is busy.
+    fn swap_leftovers(&self, rest: Option<Garbage>) -> Option<Garbage> {
         std::mem::replace(
             &mut *self.leftovers.lock().unwrap_or_else(std::sync::PoisonError::into_inner),
             rest,
@@ -511,6 +523,10 @@ struct StoreInner {
     writer: Mutex<Option<JoinHandle<bool>>>,
     /// The maintenance thread (compaction, checkpoints): dropping the sender stops it.
     maintenance: Mutex<Option<(Sender<()>, JoinHandle<()>)>>,
+    /// The free thread, started by the first add that leaves leftovers: it frees what those adds
+    /// leave once answered (see [`Garbage`]), one batch at a time, with one more queued at most.
+    /// Dropping the sender stops it.
+    freer: std::sync::OnceLock<Option<(Sender<Garbage>, JoinHandle<()>)>>,
     options: Options,
     recovery: RecoveryStats,
     _lock: Box<dyn DirLock>,
@@ -518,6 +534,12 @@ struct StoreInner {
 
 impl Drop for StoreInner {
     fn drop(&mut self) {
+        if let Some(Some((sender, handle))) = self.freer.take() {
+            drop(sender);
+            if handle.join().is_err() {
+                tracing::error!("the free thread panicked");
+            }
+        }
         // Closing the channel lets the writer finish what is queued, sync and exit.
         if let Some((stop, handle)) = self
             .maintenance
@@ -642,7 +664,7 @@ impl Store {
             last_checkpoint_bytes: AtomicU64::new(0),
             writers: AtomicUsize::new(0),
             read_since_look: AtomicBool::new(false),
-            leftovers: Mutex::new(Vec::new()),
+            leftovers: Mutex::new(None),
             read_threads: options.read_threads,
         });
         shared.note_checkpoint();
@@ -681,6 +703,7 @@ impl Store {
                 shared,
                 writer: Mutex::new(Some(handle)),
                 maintenance: Mutex::new(maintenance),
+                freer: std::sync::OnceLock::new(),
                 options,
                 recovery: recovered.stats,
                 _lock: lock,
@@ -742,8 +765,10 @@ impl Store {
         if valid.is_empty() {
             return Ok(Vec::new());
         }
-        // The contents are in the records now, and the writer thread never reads the trees: they
-        // are freed here while the batch is written and synced, by the thread that built them.
+        // The contents are in the records now, and the writer thread never reads the trees. A
+        // small batch frees them here while it is written and synced; a large one leaves them, with
+        // the rest of its items, to the free thread once answered.
+        let leave = leaves_leftovers(valid.len());
         let mut contents = Vec::with_capacity(valid.len());
         let ops: Vec<Op> = valid
             .into_iter()
@@ -752,14 +777,19 @@ impl Store {
                 Op::Put(valid)
             })
             .collect();
+        let (free_now, free_later) = if leave {
+            (Vec::new(), contents)
+        } else {
+            (contents, Vec::new())
+        };
         writing.get_or_insert_with(|| Writing::enter(&self.inner.shared.writers));
         let shared = &self.inner.shared;
         let Answer { outcomes, ops } = shared.submit_then(ops, session.cloned(), move || {
-            drop(contents);
-            drop(shared.swap_leftovers(Vec::new()));
+            drop(free_now);
+            drop(shared.swap_leftovers(None));
         })?;
         // The ids and versions are taken out for the answer; the rest of the operations stay in
-        // place (no second array of ~300 KiB per 1,000 items) and are kept as the leftovers.
+        // place (no second array of ~300 KiB per 1,000 items).
         let mut ops = ops;
         let mut answered = Vec::with_capacity(ops.len());
         for (op, outcome) in ops.iter_mut().zip(outcomes) {
@@ -771,11 +801,40 @@ impl Store {
                 _ => AddOutcome::Unchanged { id, version },
             });
         }
-        if leaves_leftovers(ops.len()) {
-            // Another thread's leftovers, left between this add's wait and now, are freed here.
-            drop(shared.swap_leftovers(ops));
+        if leave {
+            self.leave(Garbage {
+                contents: free_later,
+                ops,
+            });
         }
         Ok(answered)
+    }
+
+    /// Hands what an answered add left to the free thread (started here the first time), or, when
+    /// it is busy or cannot start, keeps it for the next add to free while it waits. Another
+    /// thread's leftovers found there are freed here.
+    fn leave(&self, garbage: Garbage) {
+        let freer = self.inner.freer.get_or_init(|| {
+            let (sender, receiver) = crossbeam_channel::bounded::<Garbage>(1);
+            let spawned = std::thread::Builder::new()
+                .name("ctxlog-drop".into())
+                .spawn(move || receiver.iter().for_each(drop));
+            match spawned {
+                Ok(handle) => Some((sender, handle)),
+                Err(e) => {
+                    tracing::debug!("starting the free thread failed: {e}");
+                    None
+                }
+            }
+        });
+        let garbage = match freer {
+            Some((sender, _)) => match sender.try_send(garbage) {
+                Ok(()) => return,
+                Err(e) => e.into_inner(),
+            },
+            None => garbage,
+        };
+        drop(self.inner.shared.swap_leftovers(Some(garbage)));
     }
 
     /// Writes a checkpoint now, as the maintenance thread does (for `ctxlog::bench`).
@@ -1497,14 +1556,47 @@ mod tests {
             .collect()
     }
 
-    fn leftovers(store: &Store) -> Vec<(String, String, usize)> {
+    /// The kept leftovers: how many content trees, and each put's type, source and record length
+    /// (and whether its id and version were taken out for the answer).
+    fn leftovers(store: &Store) -> (usize, Vec<(String, String, usize, bool)>) {
         let left = store.inner.shared.leftovers.lock().unwrap();
-        left.iter()
-            .filter_map(|op| match op {
-                Op::Put(valid) => Some((valid.item.kind.clone(), valid.item.source.clone(), valid.record.len())),
-                _ => None,
-            })
-            .collect()
+        left.as_ref().map_or((0, Vec::new()), |garbage| {
+            let puts = garbage
+                .ops
+                .iter()
+                .filter_map(|op| match op {
+                    Op::Put(valid) => Some((
+                        valid.item.kind.clone(),
+                        valid.item.source.clone(),
+                        valid.record.len(),
+                        valid.item.id.is_empty() && valid.item.version.is_empty(),
+                    )),
+                    _ => None,
+                })
+                .collect();
+            (garbage.contents.len(), puts)
+        })
+    }
+
+    /// Puts a stand-in free thread in place: it takes nothing until `go` is sent, then reports,
+    /// for each batch it frees, its content trees and its operations.
+    fn stand_in_freer(
+        store: &Store,
+    ) -> (
+        crossbeam_channel::Sender<()>,
+        crossbeam_channel::Receiver<(usize, usize)>,
+    ) {
+        let (sender, receiver) = crossbeam_channel::bounded::<Garbage>(1);
+        let (go, wait) = crossbeam_channel::bounded::<()>(1);
+        let (report, reports) = crossbeam_channel::unbounded();
+        let handle = std::thread::spawn(move || {
+            let _ = wait.recv();
+            for garbage in receiver {
+                let _ = report.send((garbage.contents.len(), garbage.ops.len()));
+            }
+        });
+        assert!(store.inner.freer.set(Some((sender, handle))).is_ok());
+        (go, reports)
     }
 
     #[test]
@@ -1545,35 +1637,52 @@ mod tests {
     }
 
     #[test]
-    fn a_large_add_leaves_its_leftovers_for_the_next_add_to_free_while_it_waits() {
+    fn the_free_thread_starts_with_the_first_large_add_and_stops_with_the_store() {
         let dir = tempfile::tempdir().unwrap();
         let store = Options::new().durability(Durability::Never).open(dir.path()).unwrap();
+        store.add(batch(0, PARALLEL_ADD_ITEMS_MIN - 1)).unwrap();
+        assert!(store.inner.freer.get().is_none(), "a small add frees its own");
+        for k in 0..3 {
+            store.add(batch(1000 * (k + 1), 300)).unwrap();
+        }
+        let Some(Some((_, handle))) = store.inner.freer.get() else {
+            panic!("the free thread did not start");
+        };
+        assert_eq!(handle.thread().name(), Some("ctxlog-drop"));
+        let weak = Arc::downgrade(&store.inner);
+        drop(store);
+        assert!(weak.upgrade().is_none());
+    }
+
+    #[test]
+    fn a_large_add_leaves_its_leftovers_to_the_free_thread_or_when_it_is_busy_to_the_next_add() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Options::new().durability(Durability::Never).open(dir.path()).unwrap();
+        let (go, freed) = stand_in_freer(&store);
         let answers = store.add(batch(0, 300)).unwrap();
         // The answers still carry every id and version, in order.
         assert_eq!(answers.len(), 300);
         assert!(matches!(&answers[7], AddOutcome::Added { id, version, .. } if id == "item-000007" && version == "1"));
-        // The rest of the 300 items waits for the next add: records and strings, ids taken out.
-        let left = leftovers(&store);
-        assert_eq!(left.len(), 300);
-        assert!(store
-            .inner
-            .shared
-            .leftovers
-            .lock()
-            .unwrap()
+        // The first batch went to the free thread's queue; the free thread holds it.
+        assert_eq!(leftovers(&store), (0, Vec::new()));
+        // The queue is full: the next large batch's leftovers are kept, contents, records and
+        // strings, ids and versions taken out.
+        store.add(batch(300, PARALLEL_ADD_ITEMS_MIN)).unwrap();
+        let (contents, puts) = leftovers(&store);
+        assert_eq!((contents, puts.len()), (PARALLEL_ADD_ITEMS_MIN, PARALLEL_ADD_ITEMS_MIN));
+        assert!(puts
             .iter()
-            .all(|op| matches!(op, Op::Put(valid) if valid.item.id.is_empty() && valid.item.version.is_empty())));
-        assert!(left
-            .iter()
-            .all(|(kind, source, record)| kind == "message" && source == "src" && *record > 0));
+            .all(|(kind, source, record, taken)| kind == "message" && source == "src" && *record > 0 && *taken));
         // Any next add frees them during its wait; a small one leaves nothing of its own.
-        store.add(batch(300, 1)).unwrap();
-        assert!(leftovers(&store).is_empty());
-        store.add(batch(301, PARALLEL_ADD_ITEMS_MIN)).unwrap();
-        assert_eq!(leftovers(&store).len(), PARALLEL_ADD_ITEMS_MIN);
-        // A batch over the cap frees its own, and the earlier leftovers too.
+        store.add(batch(600, 1)).unwrap();
+        assert_eq!(leftovers(&store), (0, Vec::new()));
+        // A batch over the cap frees its own: nothing kept, nothing queued.
         store.add(batch(1000, LEFTOVER_ITEMS_MAX + 1)).unwrap();
-        assert!(leftovers(&store).is_empty());
+        assert_eq!(leftovers(&store), (0, Vec::new()));
+        // Let go, the free thread gets the first batch only, whole.
+        go.send(()).unwrap();
+        assert_eq!(freed.recv_timeout(Duration::from_secs(10)), Ok((300, 300)));
+        assert!(freed.recv_timeout(Duration::from_millis(200)).is_err());
         // What was added reads back whole.
         let found = store
             .snapshot()
