@@ -784,13 +784,12 @@ impl Store {
         };
         writing.get_or_insert_with(|| Writing::enter(&self.inner.shared.writers));
         let shared = &self.inner.shared;
-        let Answer { outcomes, ops } = shared.submit_then(ops, session.cloned(), move || {
+        let Answer { outcomes, mut ops } = shared.submit_then(ops, session.cloned(), move || {
             drop(free_now);
             drop(shared.swap_leftovers(None));
         })?;
         // The ids and versions are taken out for the answer; the rest of the operations stay in
         // place (no second array of ~300 KiB per 1,000 items).
-        let mut ops = ops;
         let mut answered = Vec::with_capacity(ops.len());
         for (op, outcome) in ops.iter_mut().zip(outcomes) {
             let Op::Put(valid) = op else { continue };
