@@ -1470,8 +1470,10 @@ impl SessionView {
     /// # Errors
     /// `PermissionDenied` (with `index`) for another session's scope or `GlobalReadonly`, or for a
     /// version of an id whose latest version is in such a scope (refused before any version is
-    /// compared: no `VersionConflict` or `Unchanged` answer tells another session's hash); otherwise
-    /// as [`Store::add`].
+    /// compared: no `VersionConflict` or `Unchanged` answer tells another session's hash), and for
+    /// a version number already stored in a scope this session may not see, or whose record
+    /// compaction reclaimed (a retired version keeps no scope), whatever its content; otherwise as
+    /// [`Store::add`].
     pub fn add<I: IntoIterator<Item = ContextItem>>(&self, items: I) -> Result<Vec<AddOutcome>> {
         self.store.add_checked(items, Some(&self.session))
     }

@@ -26,7 +26,11 @@
 //! snapshot handle of the test and no pin sees (a view sees it if it was taken after the version
 //! was added, whatever its session or `taken_at`) is reclaimed, so that `resolve` answers NotFound
 //! instead of Expired (for `id@version` refs too) and `stats().items` no longer counts the id.
-//! Reclaimed and superseded versions still answer Unchanged / VersionConflict. `compact()` must
+//! Reclaimed and superseded versions still answer Unchanged / VersionConflict to the store handle;
+//! a session is refused (`PermissionDenied`) a comparison with a version it may not see: another
+//! session's, or a reclaimed one. Compaction also retires superseded versions that no view sees,
+//! which the model does not follow: a session refused for an earlier superseded version of its own
+//! or of a global scope tells the model that it was. `compact()` must
 //! report exactly the model's newly reclaimed expired versions, and `verify()` must be clean after
 //! it. Pins: `pin_snapshot` answers the current seq and clock (a name already pinned is `Invalid`
 //! and writes nothing), `snapshots()` always lists exactly the model's pins, `unpin_snapshot`
@@ -387,8 +391,8 @@ enum AddError {
 
 /// One version in the model: the item (with its hash as the store fills it in), the step of the
 /// operation that added it (steps order versions and snapshots as sequence numbers do), and whether
-/// compaction has reclaimed its content (only ever the latest version, once expired: earlier
-/// versions are not observable through the current state, and what a snapshot sees is kept).
+/// compaction has reclaimed its content (the latest version once expired; an earlier version only
+/// once a session's refused comparison showed it, see [`Model::add`]).
 #[derive(Clone, Debug)]
 struct Version {
     item: ContextItem,
@@ -426,7 +430,15 @@ fn expired(item: &ContextItem, now: i64) -> Option<i64> {
 }
 
 impl Model {
-    fn add(&mut self, items: &[ContextItem], session: Option<&str>, step: usize) -> Result<Vec<AddExpect>, AddError> {
+    /// The answer to `items` added by `session` at `step`; `denied`, the position the store refused
+    /// with `PermissionDenied` if it did, settles whether compaction retired a superseded version.
+    fn add(
+        &mut self,
+        items: &[ContextItem],
+        session: Option<&str>,
+        step: usize,
+        denied: Option<usize>,
+    ) -> Result<Vec<AddExpect>, AddError> {
         if let Some(session) = session {
             // Validation (permissions included) comes before any conflict check.
             for (position, item) in items.iter().enumerate() {
@@ -451,7 +463,23 @@ impl Model {
                     return Err(AddError::PermissionDenied(position));
                 }
             }
-            match history.iter().find(|known| known.item.version == item.version) {
+            let latest = history.len().checked_sub(1);
+            let found = history.iter().position(|known| known.item.version == item.version);
+            if let (Some(session), Some((at, known))) = (session, found.and_then(|at| Some((at, history.get(at)?)))) {
+                // Only versions the session may see are compared: not another session's, nor a
+                // reclaimed one (the store keeps no scope for it).
+                let retired =
+                    known.reclaimed || (Some(at) != latest && known.created < step && denied == Some(position));
+                if retired || !visible_to(&known.item.scope, Some(session)) {
+                    if retired {
+                        if let Some(kept) = self.ids.get_mut(&item.id).and_then(|h| h.get_mut(at)) {
+                            kept.reclaimed = true;
+                        }
+                    }
+                    return Err(AddError::PermissionDenied(position));
+                }
+            }
+            match found.and_then(|at| history.get(at)) {
                 Some(known) if known.item.hash == item.hash => {
                     out.push(AddExpect::Unchanged(item.id.clone(), item.version.clone()));
                 }
@@ -692,11 +720,15 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
         match op {
             Op::Add { view, items } => {
                 let items: Vec<ContextItem> = items.iter().map(ItemSpec::item).collect();
-                let expected = model.add(&items, *view, step);
                 let actual = match view {
-                    None => s.add(items),
-                    Some(session) => s.session(session).add(items),
+                    None => s.add(items.clone()),
+                    Some(session) => s.session(session).add(items.clone()),
                 };
+                let denied = match &actual {
+                    Err(Error::PermissionDenied { index, .. }) => *index,
+                    _ => None,
+                };
+                let expected = model.add(&items, *view, step, denied);
                 match (expected, actual) {
                     (Ok(expected), Ok(actual)) => {
                         let mut batch_seq = None;

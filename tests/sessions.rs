@@ -472,6 +472,70 @@ fn the_latest_version_of_an_id_decides_who_may_add_to_it() {
     assert_eq!(found(&s1.resolve(["temp"]).expect("resolve")[0]).content, json!("s2"));
 }
 
+/// A session compares its versions only with versions it may see: an earlier version in another
+/// session's scope, or one whose record compaction reclaimed (its scope is not kept), is refused
+/// alike, whether the content is guessed right or not, and the refusal names no hash. The owner is
+/// refused for a reclaimed version too (its scope is not known any more); the store handle is not.
+#[test]
+fn a_session_never_learns_the_hash_of_a_version_it_may_not_see() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = Arc::new(ManualClock::new(TS));
+    let store = Options::new().clock(clock.clone()).open(dir.path()).expect("open");
+    let (s1, s2) = (store.session("s1"), store.session("s2"));
+    let secret = json!({"pin": "4711"});
+    // s1's draft: private version 1, then published (global_writable) version 2.
+    s1.add([plain("draft", "1", secret.clone(), s("s1"))]).expect("private");
+    s1.add([plain("draft", "2", json!("published"), Scope::GlobalWritable)])
+        .expect("published");
+    // s1's note: a private version 1 with a TTL, then a global_writable version 2 with one.
+    s1.add([plain("note", "1", secret.clone(), s("s1")).with_ttl(60)])
+        .expect("note 1");
+    s1.add([plain("note", "2", json!("public"), Scope::GlobalWritable).with_ttl(60)])
+        .expect("note 2");
+    let probes = |session: &SessionView, id: &str| {
+        [
+            session.add([plain(id, "1", secret.clone(), Scope::GlobalWritable)]),
+            session.add([plain(id, "1", json!({"pin": "0000"}), Scope::GlobalWritable)]),
+        ]
+    };
+    for attempt in probes(&s2, "draft") {
+        let reason = denied_at(&attempt, 0);
+        assert!(!reason.contains("sha256") && !reason.contains("4711"), "{reason}");
+    }
+    // Version 2 is global: s2 may compare with it.
+    assert!(matches!(
+        s2.add([plain("draft", "2", json!("published"), Scope::GlobalWritable)])
+            .as_deref(),
+        Ok([AddOutcome::Unchanged { .. }])
+    ));
+    assert!(matches!(
+        s2.add([plain("draft", "2", json!("other"), Scope::GlobalWritable)]),
+        Err(Error::VersionConflict { .. })
+    ));
+    // The owner compares with its own version.
+    assert!(matches!(
+        s1.add([plain("draft", "1", secret.clone(), s("s1"))]).as_deref(),
+        Ok([AddOutcome::Unchanged { .. }])
+    ));
+    // Once both notes expired and were reclaimed, nobody's session compares with them.
+    clock.advance(61);
+    store.compact().expect("compact");
+    for session in [&s2, &s1] {
+        for attempt in probes(session, "note") {
+            let reason = denied_at(&attempt, 0);
+            assert!(!reason.contains("sha256") && !reason.contains("4711"), "{reason}");
+        }
+    }
+    // The store handle still does, and a new version is taken from any session.
+    assert!(matches!(
+        store.add([plain("note", "1", secret.clone(), s("s1"))]).as_deref(),
+        Ok([AddOutcome::Unchanged { .. }])
+    ));
+    s2.add([plain("note", "3", json!("s2"), Scope::GlobalWritable)])
+        .expect("a new version of the reclaimed id");
+    assert_eq!(everything(&store).len(), 2, "no refused version was written");
+}
+
 /// A session's query stats count only the entries of the scopes it may see: another session's items
 /// in the set walked do not change them.
 #[test]

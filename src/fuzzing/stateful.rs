@@ -558,7 +558,16 @@ fn expired(item: &ContextItem, now: i64) -> Option<i64> {
 }
 
 impl Model {
-    fn add(&mut self, items: &[ContextItem], session: Option<&str>, step: usize) -> Result<Vec<AddExpect>, AddError> {
+    /// The answer to `items` added by `session` (`None`: the store handle) at `step`. `denied` is
+    /// the position the store refused with `PermissionDenied`, if it did: it settles the one case the
+    /// model cannot know, whether compaction retired a superseded version (see below).
+    fn add(
+        &mut self,
+        items: &[ContextItem],
+        session: Option<&str>,
+        step: usize,
+        denied: Option<usize>,
+    ) -> Result<Vec<AddExpect>, AddError> {
         if let Some(session) = session {
             for (position, item) in items.iter().enumerate() {
                 if !writable_by(&item.scope, session) {
@@ -582,7 +591,25 @@ impl Model {
                     return Err(AddError::PermissionDenied(position));
                 }
             }
-            match history.iter().find(|known| known.item.version == item.version) {
+            let latest = history.len().checked_sub(1);
+            let found = history.iter().position(|known| known.item.version == item.version);
+            if let (Some(session), Some((at, known))) = (session, found.and_then(|at| Some((at, history.get(at)?)))) {
+                // A session compares only with versions it may see: not another session's, nor a
+                // reclaimed one (whose scope the store no longer keeps). Compaction also retires a
+                // superseded version that no view sees, which this model does not follow: for an
+                // earlier step's superseded version, the store's refusal tells that it did.
+                let retired =
+                    known.reclaimed || (Some(at) != latest && known.created < step && denied == Some(position));
+                if retired || !visible_to(&known.item.scope, Some(session)) {
+                    if retired {
+                        if let Some(kept) = self.ids.get_mut(&item.id).and_then(|h| h.get_mut(at)) {
+                            kept.reclaimed = true;
+                        }
+                    }
+                    return Err(AddError::PermissionDenied(position));
+                }
+            }
+            match found.and_then(|at| history.get(at)) {
                 Some(known) if known.item.hash == item.hash => {
                     out.push(AddExpect::Unchanged(item.id.clone(), item.version.clone()));
                 }
@@ -1213,7 +1240,13 @@ impl Run {
                     Err(Error::VersionConflict { index: Some(i), .. }) => Ok(Err(AddError::VersionConflict(i))),
                     Err(e) => Err(e),
                 };
-                self.settle("add", actual, true, |c| c.current_mut().model.add(&batch, *view, step));
+                let denied = match &actual {
+                    Ok(Err(AddError::PermissionDenied(position))) => Some(*position),
+                    _ => None,
+                };
+                self.settle("add", actual, true, |c| {
+                    c.current_mut().model.add(&batch, *view, step, denied)
+                });
             }
             Op::Delete(id) => {
                 let actual = self.store().delete(id);

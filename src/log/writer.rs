@@ -21,7 +21,7 @@ use crate::index::{FastMap, Location, PinInfo, Unpublished};
 use crate::item::{format_hash, Scope, TypeRegistry, TypeSpec, ValidItem};
 use crate::log::record::{set_frame_header, BatchEncoder, PutView, ScopeView};
 use crate::log::segment::{segment_file_name, Segment, SegmentHeader, SEGMENT_HEADER_BYTES};
-use crate::query::scope_writable;
+use crate::query::{scope_visible, scope_writable};
 use crate::storage::{Allocation, Storage, StorageFile};
 use crate::store::{Durability, Shared};
 
@@ -910,12 +910,28 @@ fn plan(
                         });
                     }
                 }
-                match existing_hash(index, group, &batch, &item.id, &item.version)? {
-                    Some(existing) if existing == valid.hash => {
+                match existing_hash(index, group, &batch, &item.id, &item.version, session)? {
+                    // A session compares only versions it may see: a version in another session's
+                    // scope, or one whose record compaction reclaimed (its scope is not kept), is
+                    // refused alike, so that neither a `VersionConflict` (the stored hash) nor an
+                    // `Unchanged` (a guessed content confirmed) tells the session about it.
+                    Some((_, false)) => {
+                        return Err(Error::PermissionDenied {
+                            reason: format!(
+                                "session {:?} may not add version {:?} of id {:?}: that version is stored, \
+                                 and not in a scope this session may see",
+                                session.unwrap_or_default(),
+                                item.version,
+                                item.id
+                            ),
+                            index: Some(position),
+                        });
+                    }
+                    Some((existing, true)) if existing == valid.hash => {
                         outcomes.push(OpOutcome::Unchanged);
                         continue;
                     }
-                    Some(existing) => {
+                    Some((existing, true)) => {
                         return Err(Error::VersionConflict {
                             id: item.id.clone(),
                             version: item.version.clone(),
@@ -1016,17 +1032,24 @@ fn distinct_put_ids(ops: &[Op]) -> bool {
     })
 }
 
+/// The hash of version `version` of id `id` (in this batch, the group's earlier batches, or the
+/// index, since the id's last delete), if there is one, and whether a view of `session` may see
+/// that version: always without a session; with one, when the version's scope is the session's
+/// own or a global one. A version whose record compaction reclaimed keeps no scope
+/// (docs/FORMAT.md, "Retired-version body"): no session may see it.
 fn existing_hash(
     index: &crate::index::Index,
     group: &Overlay,
     batch: &Overlay,
     id: &str,
     version: &str,
-) -> Result<Option<[u8; 32]>> {
+    session: Option<&str>,
+) -> Result<Option<([u8; 32], bool)>> {
+    let visible = |scope: Option<&Scope>| session.is_none() || scope.is_some_and(|scope| scope_visible(scope, session));
     for overlay in [batch, group] {
         if let Some(pending) = overlay.ids.get(id) {
-            if let Some((_, hash, _)) = pending.versions.iter().find(|(v, _, _)| v == version) {
-                return Ok(Some(*hash));
+            if let Some((_, hash, scope)) = pending.versions.iter().find(|(v, _, _)| v == version) {
+                return Ok(Some((*hash, visible(Some(scope)))));
             }
             if pending.reset {
                 return Ok(None);
@@ -1039,7 +1062,12 @@ fn existing_hash(
         }
         let (found, hash) = crate::snapshot::read_identity(index, &entry).map_err(Error::from)?;
         if found == version {
-            return Ok(Some(hash));
+            let scope = if entry.is_stored() {
+                index.scopes.value(entry.scope)
+            } else {
+                None
+            };
+            return Ok(Some((hash, visible(scope))));
         }
     }
     Ok(None)
@@ -1237,6 +1265,44 @@ mod tests {
         assert_eq!(answers[5], Ok(vec![added(), added()]));
         assert_eq!(answers[6], Ok(vec![added()]));
         assert_eq!(answers[7], Ok(vec![added()]));
+    }
+
+    #[test]
+    fn a_session_compares_only_versions_it_may_see_among_the_earlier_batches_of_its_group() {
+        use OpOutcome::*;
+        let s1 = || Scope::Session("s1".into());
+        let answers = plan_group_of(vec![
+            // s1's id: a private version 1, then a global_writable version 2 (its latest).
+            (
+                Some("s1"),
+                vec![
+                    scoped_put("a", "1", "secret", s1()),
+                    scoped_put("a", "2", "public", Scope::GlobalWritable),
+                ],
+            ),
+            // s2 may add to the id now, but not compare with its private version 1: neither the
+            // right content (no Unchanged) nor another (no VersionConflict naming the hash).
+            (Some("s2"), vec![scoped_put("a", "1", "secret", Scope::GlobalWritable)]),
+            (Some("s2"), vec![scoped_put("a", "1", "guess", Scope::GlobalWritable)]),
+            // Version 2 is global: s2 sees it, so it is compared.
+            (Some("s2"), vec![scoped_put("a", "2", "public", Scope::GlobalWritable)]),
+            (Some("s2"), vec![scoped_put("a", "2", "other", Scope::GlobalWritable)]),
+            // The owner and the store compare version 1 as before.
+            (Some("s1"), vec![scoped_put("a", "1", "secret", s1())]),
+            (None, vec![scoped_put("a", "1", "guess", s1())]),
+        ]);
+        assert_eq!(answers[0], Ok(vec![Added { seq: 0 }, Added { seq: 0 }]));
+        for at in [1, 2] {
+            let message = answers[at].as_ref().expect_err("refused");
+            assert!(message.contains("item 0: permission denied"), "{message}");
+            assert!(!message.contains("hash") && !message.contains("sha256"), "{message}");
+        }
+        assert_eq!(answers[3], Ok(vec![Unchanged]));
+        let conflict = answers[4].as_ref().expect_err("conflict");
+        assert!(conflict.contains("version conflict"), "{conflict}");
+        assert_eq!(answers[5], Ok(vec![Unchanged]));
+        let conflict = answers[6].as_ref().expect_err("conflict");
+        assert!(conflict.contains("version conflict"), "{conflict}");
     }
 
     #[test]
