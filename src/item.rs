@@ -987,9 +987,10 @@ fn describe_pattern(pattern: Option<&str>) -> String {
 pub(crate) struct ValidItem {
     /// The item as given (a missing `hash` is not filled in: `hash` below is the one stored, and
     /// the records and answers are built from it). Its content also lives, canonical and perhaps compressed,
-    /// in `record`: `Store::add` takes the tree out before the batch goes to the writer thread, and
-    /// frees it on the calling thread while the batch is written or, for a large batch, leaves it to
-    /// the store's free thread once answered (see `store::Garbage`). (Freeing it on the validating
+    /// in `record`: for a small batch `Store::add` takes the tree out before the batch goes to the
+    /// writer thread and frees it on the calling thread while the batch is written; a large batch
+    /// keeps it here, and the store's free thread frees it with the rest once the batch is answered
+    /// (see `store::Garbage`). (Freeing it on the validating
     /// threads, measured, slowed bulk loads by a third: the frees contend for the allocator's arena
     /// with the thread that allocated it.)
     pub(crate) item: ContextItem,

@@ -26,17 +26,19 @@ where
     S: Default,
     F: Fn(&mut S, usize, &mut X) -> Result<Y> + Sync,
 {
-    let run = |base: usize, run_items: &mut [X]| -> Result<Vec<Y>> {
+    // Each run's output is allocated once, with room for `capacity` items: the first run's for
+    // the whole output, which the other runs' are appended to.
+    let run = |base: usize, run_items: &mut [X], capacity: usize| -> Result<Vec<Y>> {
         let mut scratch = S::default();
-        run_items
-            .iter_mut()
-            .enumerate()
-            .map(|(offset, item)| f(&mut scratch, base + offset, item))
-            .collect()
+        let mut out = Vec::with_capacity(capacity.max(run_items.len()));
+        for (offset, item) in run_items.iter_mut().enumerate() {
+            out.push(f(&mut scratch, base + offset, item)?);
+        }
+        Ok(out)
     };
     let threads = threads.min(items.len() / min_run.max(1)).max(1);
     if threads == 1 {
-        return run(0, items);
+        return run(0, items, items.len());
     }
     let len = items.len();
     let per_thread = len.div_ceil(threads);
@@ -48,28 +50,37 @@ where
             .map(|(k, run_items)| {
                 std::thread::Builder::new()
                     .name(name.to_owned())
-                    .spawn_scoped(scope, move || run(k * per_thread, run_items))
+                    .spawn_scoped(scope, move || run(k * per_thread, run_items, 0))
                     .ok()
             })
             .collect();
-        parts.push(first.map(|(_, run_items)| run(0, run_items)));
+        parts.push(first.map(|(_, run_items)| run(0, run_items, len)));
         for helper in helpers {
             parts.push(helper.map(|handle| handle.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))));
         }
     });
-    let mut mapped = Vec::with_capacity(len);
+    // The first run's items stay where they were mapped (no copy of half the output or more): the
+    // others are appended to them.
+    let mut mapped: Option<Vec<Y>> = None;
     for (k, part) in parts.into_iter().enumerate() {
         let base = k * per_thread;
         let part = match part {
             Some(part) => part,
             None => {
                 let end = len.min(base + per_thread);
-                run(base, items.get_mut(base..end).unwrap_or_default())
+                run(
+                    base,
+                    items.get_mut(base..end).unwrap_or_default(),
+                    if k == 0 { len } else { 0 },
+                )
             }
-        };
-        mapped.extend(part?);
+        }?;
+        match &mut mapped {
+            None => mapped = Some(part),
+            Some(mapped) => mapped.extend(part),
+        }
     }
-    Ok(mapped)
+    Ok(mapped.unwrap_or_default())
 }
 
 #[cfg(test)]

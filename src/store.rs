@@ -336,15 +336,14 @@ pub(crate) struct Shared {
     pub(crate) read_threads: usize,
 }
 
-/// What is left of a large add's items once it is answered: the content trees (taken out of the
-/// items once their canonical bytes are in the records) and the operations (the records, the type,
-/// source, scope and hash strings). Freeing them takes ~0.6 ms per 1,000 W1 items: done by the
+/// What is left of a large add's items once it is answered: its operations, with their content
+/// trees (whose canonical bytes are in the records), records, and type, source, scope and hash
+/// strings. Freeing them takes ~0.6 ms per 1,000 W1 items: done by the
 /// store's free thread (see [`StoreInner::freer`]) after the answer, they stay off the add's way
 /// and off the cores of its fsync and index insert.
 // Its fields are held only to be dropped (read by the tests alone).
 #[cfg_attr(not(test), allow(dead_code))]
 pub(crate) struct Garbage {
-    contents: Vec<serde_json::Value>,
     ops: Vec<Op>,
 }
 
@@ -761,26 +760,25 @@ impl Store {
             }
             validate_item(item, &registry, max_content, compress).map_err(|e| e.at(position))
         };
-        let valid = validate_batch(&mut batch, self.inner.options.add_threads, &check)?;
-        if valid.is_empty() {
+        let ops = validate_batch(&mut batch, self.inner.options.add_threads, &check)?;
+        if ops.is_empty() {
             return Ok(Vec::new());
         }
         // The contents are in the records now, and the writer thread never reads the trees. A
-        // small batch frees them here while it is written and synced; a large one leaves them, with
-        // the rest of its items, to the free thread once answered.
-        let leave = leaves_leftovers(valid.len());
-        let mut contents = Vec::with_capacity(valid.len());
-        let ops: Vec<Op> = valid
-            .into_iter()
-            .map(|mut valid| {
-                contents.push(std::mem::take(&mut valid.item.content));
-                Op::Put(valid)
-            })
-            .collect();
-        let (free_now, free_later) = if leave {
-            (Vec::new(), contents)
+        // small batch takes them out to free them here while it is written and synced; a large
+        // one leaves them in its items, which go whole to the free thread once answered (no pass
+        // over the batch to take them out, no array of them).
+        let leave = leaves_leftovers(ops.len());
+        let mut ops = ops;
+        let free_now: Vec<serde_json::Value> = if leave {
+            Vec::new()
         } else {
-            (contents, Vec::new())
+            ops.iter_mut()
+                .filter_map(|op| match op {
+                    Op::Put(valid) => Some(std::mem::take(&mut valid.item.content)),
+                    _ => None,
+                })
+                .collect()
         };
         writing.get_or_insert_with(|| Writing::enter(&self.inner.shared.writers));
         let shared = &self.inner.shared;
@@ -801,10 +799,7 @@ impl Store {
             });
         }
         if leave {
-            self.leave(Garbage {
-                contents: free_later,
-                ops,
-            });
+            self.leave(Garbage { ops });
         }
         Ok(answered)
     }
@@ -1405,15 +1400,17 @@ fn start_maintenance(
 }
 
 /// Runs `check` on every item of `batch` with its position, on up to `threads` threads (the calling
-/// one and scoped helpers), each taking a contiguous run. Returns the checked items in order, or the
+/// one and scoped helpers), each taking a contiguous run. Returns the checked items in order, as the
+/// writer's operations (built where each item is checked: no second pass over the batch), or the
 /// error of the first refused position: the same answer as checking them one by one.
-fn validate_batch<F>(slots: &mut [ContextItem], threads: usize, check: &F) -> Result<Vec<ValidItem>>
+fn validate_batch<F>(slots: &mut [ContextItem], threads: usize, check: &F) -> Result<Vec<Op>>
 where
     F: Fn(usize, ContextItem) -> Result<ValidItem> + Sync,
 {
     // An item is taken out of its slot (which keeps an empty item, no allocation) by its check.
-    let take =
-        |position: usize, slot: &mut ContextItem| check(position, std::mem::replace(slot, ContextItem::vacant()));
+    let take = |position: usize, slot: &mut ContextItem| {
+        check(position, std::mem::replace(slot, ContextItem::vacant())).map(Op::Put)
+    };
     if threads.min(slots.len() / PARALLEL_ADD_ITEMS_MIN) <= 1 {
         return slots
             .iter_mut()
@@ -1557,6 +1554,13 @@ mod tests {
             .collect()
     }
 
+    /// How many of `ops` still hold their content tree.
+    fn contents_in(ops: &[Op]) -> usize {
+        ops.iter()
+            .filter(|op| matches!(op, Op::Put(valid) if !valid.item.content.is_null()))
+            .count()
+    }
+
     /// The kept leftovers: how many content trees, and each put's type, source and record length
     /// (and whether its id and version were taken out for the answer).
     fn leftovers(store: &Store) -> (usize, Vec<(String, String, usize, bool)>) {
@@ -1575,7 +1579,7 @@ mod tests {
                     _ => None,
                 })
                 .collect();
-            (garbage.contents.len(), puts)
+            (contents_in(&garbage.ops), puts)
         })
     }
 
@@ -1593,7 +1597,7 @@ mod tests {
         let handle = std::thread::spawn(move || {
             let _ = wait.recv();
             for garbage in receiver {
-                let _ = report.send((garbage.contents.len(), garbage.ops.len()));
+                let _ = report.send((contents_in(&garbage.ops), garbage.ops.len()));
             }
         });
         assert!(store.inner.freer.set(Some((sender, handle))).is_ok());
