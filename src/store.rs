@@ -24,7 +24,7 @@ use crate::limits::{
 };
 use crate::log::record::{decode_batch, RecordView};
 use crate::log::segment::{read_whole, SegmentHeader, SEGMENT_HEADER_BYTES};
-use crate::log::writer::{poll_then_recv, Answer, Command, Op, OpOutcome, Writer};
+use crate::log::writer::{poll_then_recv, Answer, Command, Op, OpOutcome, SyncHelpers, Writer};
 use crate::query::{scope_writable, ContextQuery, QueryStats};
 use crate::recovery::{next_base_seq, recover, scan_frames, RecoveryStats, ScanEnd};
 use crate::snapshot::{RawItem, RawResolution, Receipt, Resolution, Snapshot, SnapshotInfo};
@@ -690,6 +690,7 @@ impl Store {
             // Recovery synced what it replayed of the newest segment.
             synced_len,
             last_group_writes: 0,
+            helpers: SyncHelpers::default(),
         };
         let handle = std::thread::Builder::new()
             .name("ctxlog-writer".into())

@@ -235,6 +235,94 @@ struct Staged {
     location: Option<(u32, u64)>,
 }
 
+/// Work for one of the writer's kept helper threads, and what it gives back.
+type HelperJob<T> = Box<dyn FnOnce() -> T + Send>;
+
+/// A thread kept for one kind of the writer's work beside its fsyncs: it runs one job at a time,
+/// handed to it over a channel, and reports what the job gave back (or its panic) on another.
+/// Dropping it ends the thread and joins it.
+pub(crate) struct Helper<T> {
+    jobs: Option<Sender<HelperJob<T>>>,
+    done: Receiver<std::thread::Result<T>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl<T: Send + 'static> Helper<T> {
+    fn start(name: &str) -> std::io::Result<Self> {
+        let (jobs, inbox) = crossbeam_channel::bounded::<HelperJob<T>>(1);
+        let (report, done) = crossbeam_channel::bounded(1);
+        let thread = std::thread::Builder::new().name(name.to_owned()).spawn(move || {
+            for job in inbox {
+                if report
+                    .send(std::panic::catch_unwind(std::panic::AssertUnwindSafe(job)))
+                    .is_err()
+                {
+                    break;
+                }
+            }
+        })?;
+        Ok(Helper {
+            jobs: Some(jobs),
+            done,
+            thread: Some(thread),
+        })
+    }
+
+    /// Hands `job` to the thread, or gives it back when the thread is gone. One job at a time:
+    /// each is waited for ([`Helper::wait`]) before the next is given.
+    fn give(&self, job: HelperJob<T>) -> std::result::Result<(), HelperJob<T>> {
+        match &self.jobs {
+            Some(jobs) => jobs.send(job).map_err(|e| e.into_inner()),
+            None => Err(job),
+        }
+    }
+
+    /// What the job given last gave back, once it is done; its panic if it panicked.
+    fn wait(&self) -> std::thread::Result<T> {
+        self.done
+            .recv()
+            .unwrap_or_else(|_| Err(Box::new("a helper thread of the writer stopped")))
+    }
+}
+
+impl<T> Drop for Helper<T> {
+    fn drop(&mut self) {
+        drop(self.jobs.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The writer's kept helpers: the apply helper, which applies a bulk group to the index during
+/// its fsync, and the prepare helper, which readies the space for the next groups meanwhile. Both
+/// are started by the first such group; `None` inside once starting one failed.
+#[derive(Default)]
+pub(crate) struct SyncHelpers {
+    apply: Option<Option<Helper<Vec<Staged>>>>,
+    prepare: Option<Option<Helper<()>>>,
+}
+
+impl SyncHelpers {
+    /// Starts the helpers not tried yet; whether the apply helper is there.
+    fn start(&mut self) -> bool {
+        fn started<T: Send + 'static>(name: &str) -> Option<Helper<T>> {
+            Helper::start(name)
+                .inspect_err(|e| tracing::debug!("starting the writer's helper {name}: {e}"))
+                .ok()
+        }
+        self.prepare.get_or_insert_with(|| started("ctxlog-prepare"));
+        self.apply.get_or_insert_with(|| started("ctxlog-apply")).is_some()
+    }
+
+    fn get(&self) -> (Option<&Helper<Vec<Staged>>>, Option<&Helper<()>>) {
+        (
+            self.apply.as_ref().and_then(Option::as_ref),
+            self.prepare.as_ref().and_then(Option::as_ref),
+        )
+    }
+}
+
 pub(crate) struct Writer {
     pub(crate) shared: Arc<Shared>,
     pub(crate) dir: PathBuf,
@@ -252,6 +340,8 @@ pub(crate) struct Writer {
     pub(crate) synced_len: u64,
     /// Write commands in the last group: how many to wait for in the next one.
     pub(crate) last_group_writes: usize,
+    /// Threads kept for the work beside a bulk group's fsync.
+    pub(crate) helpers: SyncHelpers,
 }
 
 impl Writer {
@@ -334,64 +424,88 @@ impl Writer {
         self.poisoned.is_none()
     }
 
-    fn sync(&mut self) -> Result<()> {
-        self.sync_while(None::<fn()>, None::<fn()>).map(drop)
-    }
-
     /// Makes what was written durable: the buffer written out, then one fsync of the active
-    /// segment, during which `alongside` (if any) runs on a helper thread. Returns whether it ran:
-    /// not when there was nothing to sync, nor when the helper could not be started. `also`, a
-    /// hint, runs on a second helper beside it when there is one (it is skipped otherwise); both
-    /// are done when this returns.
-    fn sync_while(
-        &mut self,
-        alongside: Option<impl FnOnce() + Send>,
-        also: Option<impl FnOnce() + Send>,
-    ) -> Result<bool> {
+    /// segment (none when nothing was written since the last one).
+    fn sync(&mut self) -> Result<()> {
         if let Some(reason) = &self.poisoned {
             return Err(Error::Poisoned { reason: reason.clone() });
         }
         let result = self.write_buffer().and_then(|()| {
             if !self.dirty {
-                return Ok(false);
+                return Ok(());
             }
-            let file = &mut self.active.file;
-            let (synced, ran) = match alongside {
-                None => (file.sync_data(), false),
-                // The helper works while this thread waits in the fsync: a thread just started
-                // tends to run on the core of the thread that started it, only once that one blocks.
-                Some(work) => std::thread::scope(|scope| {
-                    if let Some(also) = also {
-                        // Joined at the end of the scope; if it cannot start, the hint is skipped.
-                        let _ = std::thread::Builder::new()
-                            .name("ctxlog-prepare".into())
-                            .spawn_scoped(scope, also);
-                    }
-                    match std::thread::Builder::new()
-                        .name("ctxlog-apply".into())
-                        .spawn_scoped(scope, work)
-                    {
-                        Ok(helper) => {
-                            let synced = file.sync_data();
-                            if let Err(panic) = helper.join() {
-                                std::panic::resume_unwind(panic);
-                            }
-                            (synced, true)
-                        }
-                        Err(_) => (file.sync_data(), false),
-                    }
-                }),
-            };
-            synced.map_err(|e| Error::io(format!("syncing segment {}", self.active.number), e))?;
+            self.active
+                .file
+                .sync_data()
+                .map_err(|e| Error::io(format!("syncing segment {}", self.active.number), e))?;
             self.dirty = false;
             self.synced_len = self.active.len;
-            Ok(ran)
+            Ok(())
         });
         self.last_sync = Instant::now();
         if let Err(e) = &result {
             self.poisoned = Some(e.to_string());
         }
         result
+    }
+
+    /// As [`Writer::sync`], with the group's batches applied to the index (unpublished)
+    /// during the fsync by the writer's kept apply helper, and `prepare` (a hint) run by its kept
+    /// prepare helper: handing them work costs a wake-up, where starting two threads for each
+    /// group cost ~50 us on this thread before its fsync could begin. The batches come back with
+    /// the answer whether they were applied. Without helpers (they could not be started), the
+    /// batches are left to be applied after the fsync, by the publication.
+    fn sync_beside(
+        &mut self,
+        staged: Vec<Staged>,
+        shared: Arc<Shared>,
+        prepare: Option<impl FnOnce() + Send + 'static>,
+    ) -> (Result<bool>, Vec<Staged>) {
+        if self.poisoned.is_some() || !self.helpers.start() {
+            return (self.sync().map(|()| false), staged);
+        }
+        if let Err(e) = self.write_buffer() {
+            self.poisoned = Some(e.to_string());
+            return (Err(e), staged);
+        }
+        if !self.dirty {
+            self.last_sync = Instant::now();
+            return (Ok(false), staged);
+        }
+        let (Some(apply), prepare_helper) = self.helpers.get() else {
+            return (self.sync().map(|()| false), staged);
+        };
+        let preparing = match (prepare, prepare_helper) {
+            (Some(work), Some(helper)) => helper.give(Box::new(work)).is_ok().then_some(helper),
+            _ => None,
+        };
+        let job: HelperJob<Vec<Staged>> = Box::new(move || {
+            apply_unpublished(&shared, &staged);
+            staged
+        });
+        // A helper whose thread is gone gives the job back: it is done here, before the fsync.
+        let done_here = apply.give(job).err().map(|job| job());
+        let synced = self.active.file.sync_data();
+        let staged = match done_here {
+            Some(staged) => staged,
+            None => apply.wait().unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+        };
+        if let Some(Err(panic)) = preparing.map(Helper::wait) {
+            std::panic::resume_unwind(panic);
+        }
+        self.last_sync = Instant::now();
+        match synced {
+            Ok(()) => {
+                self.dirty = false;
+                self.synced_len = self.active.len;
+                (Ok(true), staged)
+            }
+            Err(e) => {
+                let e = Error::io(format!("syncing segment {}", self.active.number), e);
+                self.poisoned = Some(e.to_string());
+                (Err(e), staged)
+            }
+        }
     }
 
     fn write_buffer(&mut self) -> Result<()> {
@@ -571,9 +685,10 @@ impl Writer {
                 };
                 let segment = Arc::clone(&self.active.segment);
                 let prepare = ahead.map(|(from, len)| move || segment.prepare(from, len));
-                let (shared, staged) = (Arc::clone(&self.shared), &staged);
-                self.sync_while(Some(move || apply_unpublished(&shared, staged)), prepare)
-                    .map(|ran| applied = ran)
+                let shared = Arc::clone(&self.shared);
+                let (ran, back) = self.sync_beside(std::mem::take(&mut staged), shared, prepare);
+                staged = back;
+                ran.map(|ran| applied = ran)
             } else {
                 self.sync()
             }
@@ -1265,6 +1380,24 @@ mod tests {
         assert_eq!(answers[5], Ok(vec![added(), added()]));
         assert_eq!(answers[6], Ok(vec![added()]));
         assert_eq!(answers[7], Ok(vec![added()]));
+    }
+
+    #[test]
+    fn a_kept_helper_runs_each_job_on_its_thread_in_turn_and_outlives_a_panicking_one() {
+        let helper = Helper::<String>::start("ctxlog-test-helper").expect("start");
+        for k in 0..3 {
+            let job: HelperJob<String> =
+                Box::new(move || format!("{}:{k}", std::thread::current().name().unwrap_or("?")));
+            assert!(helper.give(job).is_ok());
+            assert_eq!(helper.wait().expect("done"), format!("ctxlog-test-helper:{k}"));
+        }
+        assert!(helper.give(Box::new(|| panic!("a job that panics"))).is_ok());
+        let panic = helper.wait().expect_err("the panic is reported");
+        assert_eq!(panic.downcast_ref::<&str>(), Some(&"a job that panics"));
+        assert!(helper.give(Box::new(|| "still there".to_owned())).is_ok());
+        assert_eq!(helper.wait().expect("done"), "still there");
+        // Dropping it ends its thread and joins it.
+        drop(helper);
     }
 
     #[test]
