@@ -11,7 +11,7 @@ use crate::index::{record_crc_at, version_tag, Index, VersionEntry, NEVER_EXPIRE
 use crate::item::{canonical_json, content_hash, format_hash, validate_name, validate_version, ContextItem, Scope};
 use crate::limits::PARALLEL_READ_ITEMS_MIN;
 use crate::log::record::{decode_checked_record, decode_record, DecodeError, PutView, RecordView, ScopeView};
-use crate::log::segment::Segment;
+use crate::log::segment::{RecordBytes, Segment};
 use crate::log::writer::Op;
 use crate::query::{self, scope_visible, ContextQuery, QueryStats, ViewBounds};
 use crate::store::Shared;
@@ -291,7 +291,7 @@ impl From<ReadFailure> for Error {
 fn record_bytes<'a>(
     index: &'a Index,
     version: &VersionEntry,
-) -> Result<(&'a Arc<Segment>, std::borrow::Cow<'a, [u8]>), ReadFailure> {
+) -> Result<(&'a Arc<Segment>, RecordBytes<'a>), ReadFailure> {
     let location = version.location;
     let Some(segment) = index.segments.get(&location.segment) else {
         return Err(ReadFailure::Damaged(Error::Corrupt {
@@ -483,9 +483,10 @@ struct Located {
     held_at: usize,
     offset: u32,
     len: u32,
-    /// The record's bytes when they were copied out of the segment (an unmapped part of the active
-    /// segment): kept, rather than read a second time.
-    copied: Option<Vec<u8>>,
+    /// The record's bytes when they are not borrowed from a sealed segment's map (the active
+    /// segment's window, shared, or a positioned read's copy past it): kept, rather than read a
+    /// second time.
+    copied: Option<RecordBytes<'static>>,
     confidence: Option<f64>,
 }
 
@@ -497,8 +498,9 @@ impl Located {
         let (_, bytes) = record_bytes(index, version)?;
         let confidence = checked_put(index, version, asked_id, &bytes)?.confidence;
         let copied = match bytes {
-            std::borrow::Cow::Borrowed(_) => None,
-            std::borrow::Cow::Owned(bytes) => Some(bytes),
+            RecordBytes::Mapped(_) => None,
+            RecordBytes::Window(window, range) => Some(RecordBytes::Window(window, range)),
+            RecordBytes::Read(bytes) => Some(RecordBytes::Read(bytes)),
         };
         Ok(Located {
             segment: location.segment,

@@ -104,6 +104,29 @@ impl SegmentHeader {
     }
 }
 
+/// The bytes of one record read from a segment ([`Segment::read`]).
+pub(crate) enum RecordBytes<'a> {
+    /// Borrowed from a sealed segment's map.
+    Mapped(&'a [u8]),
+    /// A range of the active segment's read window, shared with it (checked to lie inside it).
+    Window(SharedBytes, std::ops::Range<usize>),
+    /// Read with a positioned read (past the window, or where there is none).
+    Read(Vec<u8>),
+}
+
+impl std::ops::Deref for RecordBytes<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            RecordBytes::Mapped(bytes) => bytes,
+            // The range was checked against the window when it was read: the fallback is never
+            // taken.
+            RecordBytes::Window(window, range) => window.get(range.clone()).unwrap_or_default(),
+            RecordBytes::Read(bytes) => bytes,
+        }
+    }
+}
+
 /// The active segment's read window grows once the published bytes outgrow it by this much, or by a
 /// quarter of it if that is more: a handful of mappings per segment, each a few microseconds.
 const WINDOW_STEP_MIN: u64 = 64 << 10;
@@ -199,7 +222,8 @@ impl Segment {
                 let mut window = self.window.write().unwrap_or_else(std::sync::PoisonError::into_inner);
                 let old = window.replace(bytes);
                 drop(window);
-                // Unmapped here, outside the lock: readers copy out of the window under it.
+                // Outside the lock: the old window is unmapped here, or by the last reader still
+                // holding a record of it.
                 drop(old);
             }
             Err(e) => tracing::debug!("{}: mapping the active segment failed: {e}", self.path.display()),
@@ -213,7 +237,7 @@ impl Segment {
     }
 
     /// Reads `len` bytes at `offset`, never past the published length.
-    pub(crate) fn read(&self, offset: u64, len: u32) -> Result<std::borrow::Cow<'_, [u8]>> {
+    pub(crate) fn read(&self, offset: u64, len: u32) -> Result<RecordBytes<'_>> {
         let end = offset.saturating_add(u64::from(len));
         let corrupt = |reason: &str| Error::Corrupt {
             file: self.path.clone(),
@@ -228,22 +252,24 @@ impl Segment {
             let stop = usize::try_from(end).map_err(|_| corrupt("offset overflow"))?;
             return map
                 .get(start..stop)
-                .map(std::borrow::Cow::Borrowed)
+                .map(RecordBytes::Mapped)
                 .ok_or_else(|| corrupt("record past the map"));
         }
         {
+            // The window is shared, not copied: a reader keeps the mapping it read from alive
+            // (one reference count) even if the writer maps a longer window meanwhile.
             let window = self.window.read().unwrap_or_else(std::sync::PoisonError::into_inner);
             let start = usize::try_from(offset).unwrap_or(usize::MAX);
             let stop = usize::try_from(end).unwrap_or(usize::MAX);
-            if let Some(bytes) = window.as_ref().and_then(|w| w.get(start..stop)) {
-                return Ok(std::borrow::Cow::Owned(bytes.to_vec()));
+            if let Some(window) = window.as_ref().filter(|w| w.get(start..stop).is_some()) {
+                return Ok(RecordBytes::Window(window.clone(), start..stop));
             }
         }
         let mut buf = vec![0u8; usize::try_from(len).unwrap_or(0)];
         self.file
             .read_exact_at(&mut buf, offset)
             .map_err(|e| Error::io(format!("reading {} at {offset}", self.path.display()), e))?;
-        Ok(std::borrow::Cow::Owned(buf))
+        Ok(RecordBytes::Read(buf))
     }
 }
 
@@ -303,6 +329,8 @@ mod tests {
         let pattern = |at: u64| u8::try_from(at % 251).unwrap_or(0);
         let mut written: Vec<u8> = vec![0; SEGMENT_HEADER_BYTES];
         let mut windows = Vec::new();
+        // A record read from each window, kept across the remappings that follow it.
+        let mut kept: Vec<(RecordBytes<'_>, Vec<u8>)> = Vec::new();
         // Published in uneven pieces up to ~1 MiB: the window must grow in steps, never cover more
         // than is published when it is taken, and every read must give the written bytes whether it
         // falls inside the window or past it.
@@ -314,8 +342,17 @@ mod tests {
             let published = publish(&mut active, &bytes);
             let mapped = segment.window_len();
             assert!(mapped <= published, "window {mapped} past the published {published}");
-            if windows.last() != Some(&mapped) {
+            if windows.last() != Some(&mapped) && mapped > 0 {
                 windows.push(mapped);
+                // A read inside the window shares it rather than copying; what it read stays
+                // readable when the writer maps a longer window.
+                let read = segment.read(mapped - 200, 200).expect("read in the window");
+                assert!(
+                    matches!(read, RecordBytes::Window(..)),
+                    "a read inside the window of {mapped} bytes was not served from it"
+                );
+                let start = usize::try_from(mapped - 200).expect("offset");
+                kept.push((read, written.get(start..start + 200).expect("written").to_vec()));
             }
             // The first bytes, the last ones, the middle, and a read across the window's end.
             for (offset, len) in [
@@ -337,6 +374,14 @@ mod tests {
             assert!(segment.read(published - 10, 11).is_err());
         }
         assert!(windows.len() >= 5, "the window grew only through {windows:?}");
+        assert_eq!(kept.len(), windows.len());
+        for (at, (read, want)) in kept.iter().enumerate() {
+            assert_eq!(
+                &**read,
+                &want[..],
+                "the read from window {at} changed after the remappings"
+            );
+        }
         assert!(
             windows.windows(2).all(|w| w[1] >= w[0] + WINDOW_STEP_MIN),
             "the window was remapped before a step: {windows:?}"
