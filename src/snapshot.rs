@@ -938,7 +938,7 @@ impl Snapshot {
             items,
             self.shared.read_threads,
             PARALLEL_READ_ITEMS_MIN,
-            "ctxlog-read",
+            &self.shared.workers,
             &|scratch: &mut S, _, item: &mut X| f(scratch, item),
         )
     }

@@ -164,11 +164,16 @@ impl Options {
     }
 
     /// How many threads [`Store::add`] may use to validate, hash and encode one batch: the calling
-    /// thread and up to `threads - 1` scoped helpers that live for that call only, each taking a
-    /// contiguous run of at least [`PARALLEL_ADD_ITEMS_MIN`](crate::limits::PARALLEL_ADD_ITEMS_MIN)
-    /// items (so a batch uses a second thread from twice that many on). 1 keeps every batch on the
-    /// calling thread. Default: the machine's available parallelism, at most 4; accepted: 1 to
-    /// 64.
+    /// thread and up to `threads - 1` of the store's worker threads, each taking a contiguous run
+    /// of at least [`PARALLEL_ADD_ITEMS_MIN`](crate::limits::PARALLEL_ADD_ITEMS_MIN) items (so a
+    /// batch uses a second thread from twice that many on). 1 keeps every batch on the calling
+    /// thread. Default: the machine's available parallelism, at most 4; accepted: 1 to 64.
+    ///
+    /// The worker threads (`ctxlog-work-N`, as many as the larger of this and
+    /// [`Options::read_threads`], less one) are started by the first call that splits its work
+    /// and kept until the store is closed and its last snapshot dropped. A call borrows only idle
+    /// ones: calls made at once share them, and one that finds none idle does all its work on its
+    /// own thread rather than wait.
     #[must_use]
     pub fn add_threads(mut self, threads: usize) -> Self {
         self.add_threads = threads;
@@ -178,8 +183,8 @@ impl Options {
     /// How many threads a query ([`Store::get`], [`Store::get_raw`]) may use to find and check its
     /// items' records (under the index lock) and to read its items (after it: each record's content
     /// checked against its SHA-256, then parsed or written out as JSON); a resolve of many
-    /// references splits the reading. The calling thread and up to `threads - 1` scoped helpers
-    /// that live for that call only each take a contiguous run of at least
+    /// references splits the reading. The calling thread and up to `threads - 1` of the store's
+    /// worker threads (see [`Options::add_threads`]) each take a contiguous run of at least
     /// [`PARALLEL_READ_ITEMS_MIN`](crate::limits::PARALLEL_READ_ITEMS_MIN) items (so a read uses a
     /// second thread from twice that many on). The answer is the same either way. 1 keeps every read on the calling
     /// thread, for a server that answers many small requests at once and wants one core each.
@@ -334,6 +339,11 @@ pub(crate) struct Shared {
     leftovers: Mutex<Option<Garbage>>,
     /// `Options::read_threads`.
     pub(crate) read_threads: usize,
+    /// Threads kept for the validation of large adds and the reading of large reads, beside the
+    /// calling thread: as many as the larger of `Options::add_threads` and
+    /// `Options::read_threads`, less one. Started by the first call that uses them, joined when
+    /// this state goes (the store closed and its last snapshot dropped).
+    pub(crate) workers: crate::parallel::Workers,
 }
 
 /// What is left of a large add's items once it is answered: its operations, with their content
@@ -672,6 +682,7 @@ impl Store {
             read_since_look: AtomicBool::new(false),
             leftovers: Mutex::new(None),
             read_threads: options.read_threads,
+            workers: crate::parallel::Workers::new(options.add_threads.max(options.read_threads) - 1),
         });
         shared.note_checkpoint();
         let (sender, receiver) = crossbeam_channel::unbounded();
@@ -768,7 +779,12 @@ impl Store {
             }
             validate_item(item, &registry, max_content, compress).map_err(|e| e.at(position))
         };
-        let ops = validate_batch(&mut batch, self.inner.options.add_threads, &check)?;
+        let ops = validate_batch(
+            &mut batch,
+            self.inner.options.add_threads,
+            &self.inner.shared.workers,
+            &check,
+        )?;
         if ops.is_empty() {
             return Ok(Vec::new());
         }
@@ -1411,10 +1427,15 @@ fn start_maintenance(
 }
 
 /// Runs `check` on every item of `batch` with its position, on up to `threads` threads (the calling
-/// one and scoped helpers), each taking a contiguous run. Returns the checked items in order, as the
+/// one and idle `workers`), each taking a contiguous run. Returns the checked items in order, as the
 /// writer's operations (built where each item is checked: no second pass over the batch), or the
 /// error of the first refused position: the same answer as checking them one by one.
-fn validate_batch<F>(slots: &mut [ContextItem], threads: usize, check: &F) -> Result<Vec<Op>>
+fn validate_batch<F>(
+    slots: &mut [ContextItem],
+    threads: usize,
+    workers: &crate::parallel::Workers,
+    check: &F,
+) -> Result<Vec<Op>>
 where
     F: Fn(usize, ContextItem) -> Result<ValidItem> + Sync,
 {
@@ -1433,7 +1454,7 @@ where
         slots,
         threads,
         PARALLEL_ADD_ITEMS_MIN,
-        "ctxlog-add",
+        workers,
         &|(): &mut (), position, slot: &mut ContextItem| take(position, slot),
     )
 }
