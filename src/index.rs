@@ -2123,6 +2123,11 @@ impl Index {
         found
     }
 
+    /// Whether the index knows id `name` (deleted or not).
+    pub(crate) fn knows_id(&self, name: &str) -> bool {
+        self.id_and_head(name).is_some()
+    }
+
     /// The number of id `name`, if the index knows it.
     #[cfg(test)]
     pub(crate) fn id_number(&self, name: &str) -> Option<u32> {

@@ -999,6 +999,12 @@ pub(crate) struct ValidItem {
     /// The item's whole put record (content compressed when that pays), encoded on the adding
     /// thread so that the writer thread only copies it into the frame.
     pub(crate) record: Vec<u8>,
+    /// `Some(n)` when the id was looked up once the item was checked, and the index, then holding
+    /// `n` ids, did not know it: while the index still holds `n` ids (it never forgets an id's
+    /// name), it knows no version of this id, and the writer thread need not look again. A large
+    /// batch's ids are looked up on its validating threads, beside each other, rather than one
+    /// after the other on the writer thread (`store::note_unknown_ids`).
+    pub(crate) unknown_among: Option<usize>,
 }
 
 /// Checks every rule of an item, computes its canonical content and hash, and checks a declared
@@ -1080,7 +1086,12 @@ pub(crate) fn validate_item(
         content: &canonical,
         compress,
     });
-    Ok(ValidItem { item, hash, record })
+    Ok(ValidItem {
+        item,
+        hash,
+        record,
+        unknown_among: None,
+    })
 }
 
 #[cfg(test)]

@@ -173,6 +173,26 @@ where
     S: Default,
     F: Fn(&mut S, usize, &mut X) -> Result<Y> + Sync,
 {
+    map_in_runs_then(items, threads, min_run, workers, f, &|_: &mut [Y]| {})
+}
+
+/// [`map_in_runs`], with `end` run on each run's mapped items once the run has mapped them all,
+/// on the run's own thread: work on the mapped items that is shared out as the mapping is.
+pub(crate) fn map_in_runs_then<X, Y, S, F, E>(
+    items: &mut [X],
+    threads: usize,
+    min_run: usize,
+    workers: &Workers,
+    f: &F,
+    end: &E,
+) -> Result<Vec<Y>>
+where
+    X: Send,
+    Y: Send,
+    S: Default,
+    F: Fn(&mut S, usize, &mut X) -> Result<Y> + Sync,
+    E: Fn(&mut [Y]) + Sync,
+{
     // Each run's output is allocated once, with room for `capacity` items: the first run's for
     // the whole output, which the other runs' are appended to.
     let run = |base: usize, run_items: &mut [X], capacity: usize| -> Result<Vec<Y>> {
@@ -181,6 +201,7 @@ where
         for (offset, item) in run_items.iter_mut().enumerate() {
             out.push(f(&mut scratch, base + offset, item)?);
         }
+        end(&mut out);
         Ok(out)
     };
     let wanted = threads.min(items.len() / min_run.max(1)).max(1);
@@ -220,7 +241,7 @@ where
 
 #[cfg(test)]
 mod tests {
-    use super::{map_in_runs, Workers};
+    use super::{map_in_runs, map_in_runs_then, Workers};
     use crate::error::Error;
     use std::sync::Mutex;
 
@@ -337,6 +358,53 @@ mod tests {
         drop(workers);
         // The drop returned only once every thread had ended.
         assert_eq!(ended.load(std::sync::atomic::Ordering::Acquire), 2);
+    }
+
+    #[test]
+    fn the_end_of_each_run_sees_that_run_s_mapped_items_once_on_the_run_s_thread() {
+        let workers = Workers::new(3);
+        for (len, threads) in [(0, 4), (15, 4), (100, 4), (100, 1), (1000, 3)] {
+            let mut items: Vec<usize> = (0..len).collect();
+            let mapper = Mutex::new(Vec::new());
+            let ends = Mutex::new(Vec::new());
+            let mapped = map_in_runs_then(
+                &mut items,
+                threads,
+                8,
+                &workers,
+                &|_: &mut (), at, x: &mut usize| {
+                    mapper.lock().expect("mapper").push((at, std::thread::current().id()));
+                    Ok((*x, false))
+                },
+                &|run: &mut [(usize, bool)]| {
+                    for (_, ended) in run.iter_mut() {
+                        *ended = true;
+                    }
+                    let first = run.first().map(|(at, _)| *at);
+                    ends.lock()
+                        .expect("ends")
+                        .push((first, run.len(), std::thread::current().id()));
+                },
+            )
+            .expect("no item fails");
+            assert_eq!(mapped, (0..len).map(|at| (at, true)).collect::<Vec<_>>());
+            let mapper = mapper.into_inner().expect("mapper");
+            let mut ends = ends.into_inner().expect("ends");
+            ends.sort_unstable_by_key(|(first, _, _)| *first);
+            // One end per run (a run of no items still ends), the runs back to back, each ended on
+            // the thread that mapped its first item.
+            let mut next = 0;
+            for (first, run_len, thread) in &ends {
+                if let Some(first) = first {
+                    assert_eq!(*first, next, "len {len}: {ends:?}");
+                    let mapped_by = mapper.iter().find(|(at, _)| at == first).map(|(_, t)| *t);
+                    assert_eq!(mapped_by, Some(*thread), "len {len} run at {first}");
+                }
+                next += run_len;
+            }
+            assert_eq!(next, len);
+            assert!(!ends.is_empty());
+        }
     }
 
     #[test]

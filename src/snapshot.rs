@@ -497,11 +497,7 @@ impl Located {
         let location = version.location;
         let (_, bytes) = record_bytes(index, version)?;
         let confidence = checked_put(index, version, asked_id, &bytes)?.confidence;
-        let copied = match bytes {
-            RecordBytes::Mapped(_) => None,
-            RecordBytes::Window(window, range) => Some(RecordBytes::Window(window, range)),
-            RecordBytes::Read(bytes) => Some(RecordBytes::Read(bytes)),
-        };
+        let copied = bytes.detached();
         Ok(Located {
             segment: location.segment,
             held_at: usize::MAX,

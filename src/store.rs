@@ -783,6 +783,7 @@ impl Store {
             &mut batch,
             self.inner.options.add_threads,
             &self.inner.shared.workers,
+            &self.inner.shared.index,
             &check,
         )?;
         if ops.is_empty() {
@@ -1430,10 +1431,15 @@ fn start_maintenance(
 /// one and idle `workers`), each taking a contiguous run. Returns the checked items in order, as the
 /// writer's operations (built where each item is checked: no second pass over the batch), or the
 /// error of the first refused position: the same answer as checking them one by one.
+///
+/// When the batch is split, each run also looks up its items' ids in `index` once they are checked
+/// ([`note_unknown_ids`]): a bulk load's new ids are then not looked up again on the writer thread,
+/// whose steps run one after the other.
 fn validate_batch<F>(
     slots: &mut [ContextItem],
     threads: usize,
     workers: &crate::parallel::Workers,
+    index: &RwLock<Index>,
     check: &F,
 ) -> Result<Vec<Op>>
 where
@@ -1450,13 +1456,32 @@ where
             .map(|(position, slot)| take(position, slot))
             .collect();
     }
-    crate::parallel::map_in_runs(
+    crate::parallel::map_in_runs_then(
         slots,
         threads,
         PARALLEL_ADD_ITEMS_MIN,
         workers,
         &|(): &mut (), position, slot: &mut ContextItem| take(position, slot),
+        &|ops: &mut [Op]| note_unknown_ids(index, ops),
     )
+}
+
+/// Ids looked up per lock of the index by [`note_unknown_ids`]: a writer waiting to apply a batch
+/// waits for at most this many lookups.
+const UNKNOWN_IDS_PER_LOCK: usize = 64;
+
+/// Looks up the ids of `ops`' puts in `index` and notes each one the index does not know
+/// ([`ValidItem::unknown_among`]), taking the index's read lock for a few ids at a time.
+fn note_unknown_ids(index: &RwLock<Index>, ops: &mut [Op]) {
+    for chunk in ops.chunks_mut(UNKNOWN_IDS_PER_LOCK) {
+        let index = index.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let known = index.id_count();
+        for op in chunk {
+            if let Op::Put(valid) = op {
+                valid.unknown_among = (!index.knows_id(&valid.item.id)).then_some(known);
+            }
+        }
+    }
 }
 
 fn check_session_scope(scope: &Scope, session: &str) -> Result<()> {

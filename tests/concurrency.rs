@@ -422,3 +422,74 @@ fn bulk_batches_are_seen_whole_and_only_once_published() {
     assert!(reads.iter().all(|r| *r > 0), "every reader read: {reads:?}");
     assert_eq!(store.stats().items, expected_items(BULK_BATCHES));
 }
+
+/// Two threads add large batches (checked on several threads, each run looking up its ids once
+/// they are checked, so that the writer need not) of the same new ids, version "1", with other
+/// contents. Whichever batch the writer takes second, in the same group as the first or after the
+/// first was applied to the index, must meet the first's versions: each round, one batch is added
+/// whole and the other refused at its first item, and every id holds the added batch's content.
+#[test]
+fn large_batches_of_the_same_new_ids_from_two_threads_are_one_added_and_one_refused() {
+    const ITEMS: u64 = 600;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Options::new()
+        .durability(Durability::Never)
+        .add_threads(2)
+        .clock(Arc::new(ManualClock::new(CLOCK_START)))
+        .open(dir.path())
+        .expect("open");
+    let racing = |round: u64, writer: u64| -> Vec<ContextItem> {
+        (0..ITEMS)
+            .map(|i| {
+                ContextItem::new(
+                    format!("race{round}-{i}"),
+                    "document_chunk",
+                    json!({"writer": writer, "i": i}),
+                    "concurrency-test",
+                    CLOCK_START,
+                    "1",
+                    Scope::GlobalWritable,
+                )
+            })
+            .collect()
+    };
+    for round in 0..40 {
+        let barrier = std::sync::Barrier::new(2);
+        let answers: Vec<Result<Vec<AddOutcome>>> = std::thread::scope(|s| {
+            let threads: Vec<_> = (0..2)
+                .map(|writer| {
+                    let (store, barrier) = (&store, &barrier);
+                    let batch = racing(round, writer);
+                    s.spawn(move || {
+                        barrier.wait();
+                        store.add(batch)
+                    })
+                })
+                .collect();
+            threads.into_iter().map(|t| t.join().expect("adder")).collect()
+        });
+        let winners: Vec<u64> = (0..2).filter(|w| answers[*w as usize].is_ok()).collect();
+        assert_eq!(winners.len(), 1, "round {round}: {answers:?}");
+        let winner = winners[0];
+        let added = answers[winner as usize].as_ref().expect("added");
+        assert_eq!(added.len() as u64, ITEMS);
+        assert!(
+            added.iter().all(|o| matches!(o, AddOutcome::Added { .. })),
+            "round {round}"
+        );
+        match &answers[1 - winner as usize] {
+            Err(Error::VersionConflict { id, index, .. }) => {
+                assert_eq!(id, &format!("race{round}-0"));
+                assert_eq!(*index, Some(0));
+            }
+            other => panic!("round {round}: the second batch was answered {other:?}"),
+        }
+        for i in (0..ITEMS).step_by(37) {
+            let id = format!("race{round}-{i}");
+            match store.resolve([id.as_str()]).expect("resolve").pop() {
+                Some(Resolution::Found(item)) => assert_eq!(item.content, json!({"writer": winner, "i": i})),
+                other => panic!("{id}: {other:?}"),
+            }
+        }
+    }
+}

@@ -577,7 +577,25 @@ impl BatchEncoder {
     ///
     /// # Errors
     /// `TooLarge` when the payload is over [`FRAME_PAYLOAD_BYTES_MAX`].
-    pub(crate) fn finish(mut self, seq: u64) -> Result<Vec<u8>> {
+    pub(crate) fn finish(self, seq: u64) -> Result<Vec<u8>> {
+        let mut frame = self.finish_unsealed()?;
+        if let Some(slot) = frame.get_mut(9..17) {
+            slot.copy_from_slice(&seq.to_le_bytes());
+        }
+        let crc = crc32fast::hash(frame.get(8..).unwrap_or_default());
+        if let Some(slot) = frame.get_mut(4..8) {
+            slot.copy_from_slice(&crc.to_le_bytes());
+        }
+        Ok(frame)
+    }
+
+    /// [`BatchEncoder::finish`] without the sequence number and the CRC, for a frame that
+    /// [`set_frame_header`] completes when it is written (the CRC of a bulk batch's frame is
+    /// computed once, not twice).
+    ///
+    /// # Errors
+    /// `TooLarge` when the payload is over [`FRAME_PAYLOAD_BYTES_MAX`].
+    pub(crate) fn finish_unsealed(mut self) -> Result<Vec<u8>> {
         let payload_len = self.buf.len() - FRAME_HEADER_BYTES;
         if payload_len > FRAME_PAYLOAD_BYTES_MAX {
             return Err(Error::TooLarge {
@@ -593,7 +611,6 @@ impl BatchEncoder {
             let mut h = [0u8; FRAME_HEADER_BYTES];
             h[0..4].copy_from_slice(&len.to_le_bytes());
             h[8] = FRAME_KIND_BATCH;
-            h[9..17].copy_from_slice(&seq.to_le_bytes());
             h
         };
         if let Some(slot) = self.buf.get_mut(0..FRAME_HEADER_BYTES) {
@@ -601,10 +618,6 @@ impl BatchEncoder {
         }
         if let Some(slot) = self.buf.get_mut(FRAME_HEADER_BYTES..FRAME_HEADER_BYTES + 4) {
             slot.copy_from_slice(&count);
-        }
-        let crc = crc32fast::hash(self.buf.get(8..).unwrap_or_default());
-        if let Some(slot) = self.buf.get_mut(4..8) {
-            slot.copy_from_slice(&crc.to_le_bytes());
         }
         Ok(self.buf)
     }
@@ -941,6 +954,28 @@ mod tests {
         let (_, payload) = read_frame(&old).unwrap();
         assert_eq!(frame_sync_mark(payload), None);
         assert_eq!(decode_batch(payload).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_frame_finished_unsealed_is_the_same_frame_once_its_header_is_set() {
+        let scope = Scope::Session("s1".into());
+        let hash = [3u8; 32];
+        let encoder = || {
+            let mut enc = BatchEncoder::new();
+            enc.put(&sample_put(&scope, &hash));
+            enc.delete("gone");
+            enc
+        };
+        let mut sealed = encoder().finish(5).unwrap();
+        let mut unsealed = encoder().finish_unsealed().unwrap();
+        assert_eq!(sealed.len(), unsealed.len());
+        assert!(read_frame(&unsealed).is_err(), "no CRC yet: not a frame");
+        set_frame_header(&mut sealed, 77, 4_096);
+        set_frame_header(&mut unsealed, 77, 4_096);
+        assert_eq!(sealed, unsealed);
+        let (header, payload) = read_frame(&unsealed).unwrap();
+        assert_eq!(header.seq, 77);
+        assert_eq!(decode_batch(payload).unwrap().len(), 3);
     }
 
     #[test]

@@ -114,6 +114,18 @@ pub(crate) enum RecordBytes<'a> {
     Read(Vec<u8>),
 }
 
+impl RecordBytes<'_> {
+    /// The bytes in a form that outlives the segment's borrow, or `None` for bytes borrowed from a
+    /// sealed segment's map (a reader that keeps the segment reads them again there).
+    pub(crate) fn detached(self) -> Option<RecordBytes<'static>> {
+        match self {
+            RecordBytes::Mapped(_) => None,
+            RecordBytes::Window(window, range) => Some(RecordBytes::Window(window, range)),
+            RecordBytes::Read(bytes) => Some(RecordBytes::Read(bytes)),
+        }
+    }
+}
+
 impl std::ops::Deref for RecordBytes<'_> {
     type Target = [u8];
     fn deref(&self) -> &[u8] {

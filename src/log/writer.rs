@@ -1011,10 +1011,13 @@ fn plan(
         match op {
             Op::Put(valid) => {
                 let item = &valid.item;
+                // An id the validating thread found unknown to the index, which has learned no id
+                // since, is still unknown to it: only the overlays are looked at.
+                let unknown = valid.unknown_among == Some(index.id_count());
                 // Before anything about the id's versions is compared (and so revealed): a session
                 // adds versions only to ids whose latest version it may write itself.
                 if let Some(session) = session {
-                    if !session_may_write(index, group, &batch, &item.id, session) {
+                    if !session_may_write(index, group, &batch, &item.id, session, unknown) {
                         return Err(Error::PermissionDenied {
                             reason: format!(
                                 "session {session:?} may not add a version of id {:?}: its latest version is in a \
@@ -1025,7 +1028,7 @@ fn plan(
                         });
                     }
                 }
-                match existing_hash(index, group, &batch, &item.id, &item.version, session)? {
+                match existing_hash(index, group, &batch, &item.id, &item.version, session, unknown)? {
                     // A session compares only versions it may see: a version in another session's
                     // scope, or one whose record compaction reclaimed (its scope is not kept), is
                     // refused alike, so that neither a `VersionConflict` (the stored hash) nor an
@@ -1132,13 +1135,26 @@ fn plan(
     if encoder.is_empty() {
         return Ok((outcomes, batch, None));
     }
-    // The sequence number is filled in when the frame is written; finishing here checks the size.
-    let frame = encoder.finish(0)?;
+    // The sequence number and the CRC are filled in when the frame is written; finishing here
+    // checks the size.
+    let frame = encoder.finish_unsealed()?;
     Ok((outcomes, batch, Some((frame, records))))
 }
 
 /// Whether every operation of `ops` is a put, each of another id.
 fn distinct_put_ids(ops: &[Op]) -> bool {
+    // Ids that rise from each put to the next (a load in id order) are distinct: no set is built.
+    let mut last: Option<&str> = None;
+    let rising = ops.iter().all(|op| match op {
+        Op::Put(valid) => {
+            let id = valid.item.id.as_str();
+            last.replace(id).is_none_or(|before| before < id)
+        }
+        _ => false,
+    });
+    if rising {
+        return true;
+    }
     let mut ids: std::collections::HashSet<&str, foldhash::fast::RandomState> =
         std::collections::HashSet::with_capacity_and_hasher(ops.len(), foldhash::fast::RandomState::default());
     ops.iter().all(|op| match op {
@@ -1151,7 +1167,8 @@ fn distinct_put_ids(ops: &[Op]) -> bool {
 /// index, since the id's last delete), if there is one, and whether a view of `session` may see
 /// that version: always without a session; with one, when the version's scope is the session's
 /// own or a global one. A version whose record compaction reclaimed keeps no scope
-/// (docs/FORMAT.md, "Retired-version body"): no session may see it.
+/// (docs/FORMAT.md, "Retired-version body"): no session may see it. `unknown`: the index is known
+/// not to know the id, and is not looked at.
 fn existing_hash(
     index: &crate::index::Index,
     group: &Overlay,
@@ -1159,6 +1176,7 @@ fn existing_hash(
     id: &str,
     version: &str,
     session: Option<&str>,
+    unknown: bool,
 ) -> Result<Option<([u8; 32], bool)>> {
     let visible = |scope: Option<&Scope>| session.is_none() || scope.is_some_and(|scope| scope_visible(scope, session));
     for overlay in [batch, group] {
@@ -1170,6 +1188,9 @@ fn existing_hash(
                 return Ok(None);
             }
         }
+    }
+    if unknown {
+        return Ok(None);
     }
     for entry in index.current_history(id) {
         if entry.version_tag() != crate::index::version_tag(version) {
@@ -1195,7 +1216,15 @@ fn existing_hash(
 /// item under that session's own id, and comparing its version with the stored ones would tell it
 /// their hashes. A latest version whose record compaction reclaimed (expired) holds no content and
 /// keeps no scope (docs/FORMAT.md: a retired version's scope is not stored): it does not count.
-fn session_may_write(index: &crate::index::Index, group: &Overlay, batch: &Overlay, id: &str, session: &str) -> bool {
+/// `unknown`: the index is known not to know the id, and is not looked at.
+fn session_may_write(
+    index: &crate::index::Index,
+    group: &Overlay,
+    batch: &Overlay,
+    id: &str,
+    session: &str,
+    unknown: bool,
+) -> bool {
     let writable = |scope: &Scope| scope_writable(scope, session);
     for overlay in [batch, group] {
         if let Some(pending) = overlay.ids.get(id) {
@@ -1206,6 +1235,9 @@ fn session_may_write(index: &crate::index::Index, group: &Overlay, batch: &Overl
                 return true;
             }
         }
+    }
+    if unknown {
+        return true;
     }
     match index.current_history(id).next() {
         Some(latest) if latest.is_stored() => index.scopes.value(latest.scope).is_some_and(writable),
@@ -1526,6 +1558,16 @@ mod tests {
         assert_eq!(same.ok(), Some(vec![added.clone(), added, Unchanged]));
         // Not only puts: the overlay is built.
         assert!(!distinct_put_ids(&[put("a", "1", "x"), Op::Delete("b".into())]));
+        assert!(!distinct_put_ids(&[Op::Delete("b".into()), put("a", "1", "x")]));
+        // Rising ids are distinct; a repeat, next to its first or after a fall, is found.
+        let rising: Vec<Op> = (0..300).map(|n| put(&format!("id-{n:04}"), "1", "x")).collect();
+        assert!(distinct_put_ids(&rising));
+        for ids in [["a", "b", "b"], ["a", "b", "a"], ["b", "a", "b"], ["c", "c", "d"]] {
+            let ops: Vec<Op> = ids.iter().map(|id| put(id, "1", "x")).collect();
+            assert!(!distinct_put_ids(&ops), "{ids:?}");
+        }
+        let falling: Vec<Op> = ["c", "b", "a"].iter().map(|id| put(id, "1", "x")).collect();
+        assert!(distinct_put_ids(&falling));
     }
 
     #[test]
