@@ -159,26 +159,10 @@ impl Drop for Loan<'_> {
 /// Returns the mapped items in order, or the error of the first position that failed: the same
 /// answer as mapping them one by one. A panic in any run is resumed on the calling thread once
 /// every run has ended. `f` takes its item as `&mut X`, so a run's items are where they were until
-/// `f` sees them.
-pub(crate) fn map_in_runs<X, Y, S, F>(
-    items: &mut [X],
-    threads: usize,
-    min_run: usize,
-    workers: &Workers,
-    f: &F,
-) -> Result<Vec<Y>>
-where
-    X: Send,
-    Y: Send,
-    S: Default,
-    F: Fn(&mut S, usize, &mut X) -> Result<Y> + Sync,
-{
-    map_in_runs_then(items, threads, min_run, workers, f, &|_: &mut [Y]| {})
-}
-
-/// [`map_in_runs`], with `end` run on each run's mapped items once the run has mapped them all,
-/// on the run's own thread: work on the mapped items that is shared out as the mapping is.
-pub(crate) fn map_in_runs_then<X, Y, S, F, E>(
+/// `f` sees them. `end` runs on each run's mapped items once the run has mapped them all (not after
+/// a failed item), on the run's own thread: work on the mapped items that is shared out as the
+/// mapping is ([`no_end`] for none).
+pub(crate) fn map_in_runs<X, Y, S, F, E>(
     items: &mut [X],
     threads: usize,
     min_run: usize,
@@ -239,9 +223,12 @@ where
     Ok(mapped)
 }
 
+/// The `end` of a [`map_in_runs`] with nothing to do once a run is mapped.
+pub(crate) fn no_end<Y>(_: &mut [Y]) {}
+
 #[cfg(test)]
 mod tests {
-    use super::{map_in_runs, map_in_runs_then, Workers};
+    use super::{map_in_runs, no_end, Workers};
     use crate::error::Error;
     use std::sync::Mutex;
 
@@ -267,6 +254,7 @@ mod tests {
                 seen.push(at);
                 Ok(*x * 1000 + seen.len())
             },
+            &no_end,
         )
         .expect("no item fails");
         assert_eq!(mapped.len(), len);
@@ -331,11 +319,18 @@ mod tests {
         let mut items: Vec<usize> = (0..100).collect();
         let ended = Mutex::new(0usize);
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            map_in_runs(&mut items, 2, 8, &workers, &|_: &mut (), at, _x: &mut usize| {
-                assert_ne!(at, 70, "position 70 panics, in the worker's run");
-                *ended.lock().expect("ended") += 1;
-                Ok(at)
-            })
+            map_in_runs(
+                &mut items,
+                2,
+                8,
+                &workers,
+                &|_: &mut (), at, _x: &mut usize| {
+                    assert_ne!(at, 70, "position 70 panics, in the worker's run");
+                    *ended.lock().expect("ended") += 1;
+                    Ok(at)
+                },
+                &no_end,
+            )
         }));
         assert!(result.is_err(), "the worker's panic is resumed on the caller");
         // The caller's run (0..50) ended before the panic was resumed; the worker's stopped at 70.
@@ -367,7 +362,7 @@ mod tests {
             let mut items: Vec<usize> = (0..len).collect();
             let mapper = Mutex::new(Vec::new());
             let ends = Mutex::new(Vec::new());
-            let mapped = map_in_runs_then(
+            let mapped = map_in_runs(
                 &mut items,
                 threads,
                 8,
@@ -412,14 +407,20 @@ mod tests {
         let workers = Workers::new(3);
         let mut items: Vec<usize> = (0..1000).collect();
         // Positions 900 and 300 fail; the later run's failure comes sooner in its own run.
-        let result: Result<Vec<usize>, Error> =
-            map_in_runs(&mut items, 4, 10, &workers, &|_: &mut (), at, _x: &mut usize| {
+        let result: Result<Vec<usize>, Error> = map_in_runs(
+            &mut items,
+            4,
+            10,
+            &workers,
+            &|_: &mut (), at, _x: &mut usize| {
                 if at == 300 || at == 900 {
                     Err(Error::invalid("item", format!("position {at}")))
                 } else {
                     Ok(at)
                 }
-            });
+            },
+            &no_end,
+        );
         let message = result.expect_err("two positions fail").to_string();
         assert!(message.contains("position 300"), "{message}");
     }

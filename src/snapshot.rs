@@ -936,6 +936,7 @@ impl Snapshot {
             PARALLEL_READ_ITEMS_MIN,
             &self.shared.workers,
             &|scratch: &mut S, _, item: &mut X| f(scratch, item),
+            &crate::parallel::no_end,
         )
     }
 

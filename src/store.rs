@@ -1456,7 +1456,7 @@ where
             .map(|(position, slot)| take(position, slot))
             .collect();
     }
-    crate::parallel::map_in_runs_then(
+    crate::parallel::map_in_runs(
         slots,
         threads,
         PARALLEL_ADD_ITEMS_MIN,
