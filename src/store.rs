@@ -779,13 +779,7 @@ impl Store {
             }
             validate_item(item, &registry, max_content, compress).map_err(|e| e.at(position))
         };
-        let ops = validate_batch(
-            &mut batch,
-            self.inner.options.add_threads,
-            &self.inner.shared.workers,
-            &self.inner.shared.index,
-            &check,
-        )?;
+        let ops = validate_batch(&mut batch, self.inner.options.add_threads, &self.inner.shared, &check)?;
         if ops.is_empty() {
             return Ok(Vec::new());
         }
@@ -1428,20 +1422,14 @@ fn start_maintenance(
 }
 
 /// Runs `check` on every item of `batch` with its position, on up to `threads` threads (the calling
-/// one and idle `workers`), each taking a contiguous run. Returns the checked items in order, as the
+/// one and idle workers of `shared`), each taking a contiguous run. Returns the checked items in order, as the
 /// writer's operations (built where each item is checked: no second pass over the batch), or the
 /// error of the first refused position: the same answer as checking them one by one.
 ///
-/// When the batch is split, each run also looks up its items' ids in `index` once they are checked
+/// When the batch is split, each run also looks up its items' ids in the index once they are checked
 /// ([`note_unknown_ids`]): a bulk load's new ids are then not looked up again on the writer thread,
 /// whose steps run one after the other.
-fn validate_batch<F>(
-    slots: &mut [ContextItem],
-    threads: usize,
-    workers: &crate::parallel::Workers,
-    index: &RwLock<Index>,
-    check: &F,
-) -> Result<Vec<Op>>
+fn validate_batch<F>(slots: &mut [ContextItem], threads: usize, shared: &Shared, check: &F) -> Result<Vec<Op>>
 where
     F: Fn(usize, ContextItem) -> Result<ValidItem> + Sync,
 {
@@ -1460,9 +1448,9 @@ where
         slots,
         threads,
         PARALLEL_ADD_ITEMS_MIN,
-        workers,
+        &shared.workers,
         &|(): &mut (), position, slot: &mut ContextItem| take(position, slot),
-        &|ops: &mut [Op]| note_unknown_ids(index, ops),
+        &|ops: &mut [Op]| note_unknown_ids(shared, ops),
     )
 }
 
@@ -1470,11 +1458,11 @@ where
 /// waits for at most this many lookups.
 const UNKNOWN_IDS_PER_LOCK: usize = 64;
 
-/// Looks up the ids of `ops`' puts in `index` and notes each one the index does not know
+/// Looks up the ids of `ops`' puts in the index and notes each one it does not know
 /// ([`ValidItem::unknown_among`]), taking the index's read lock for a few ids at a time.
-fn note_unknown_ids(index: &RwLock<Index>, ops: &mut [Op]) {
+fn note_unknown_ids(shared: &Shared, ops: &mut [Op]) {
     for chunk in ops.chunks_mut(UNKNOWN_IDS_PER_LOCK) {
-        let index = index.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let index = shared.read_index();
         let known = index.id_count();
         for op in chunk {
             if let Op::Put(valid) = op {
