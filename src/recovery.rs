@@ -366,6 +366,7 @@ fn checkpoint_start(
     if numbers.len() < loaded.segments.len() {
         return Err("a segment it was taken over is missing".into());
     }
+    let next_seq = loaded.seq.checked_add(1).ok_or("its seq is past the last usable one")?;
     for mark in &loaded.segments {
         let file = dir.join(segment_file_name(mark.number));
         let len = storage
@@ -378,11 +379,18 @@ fn checkpoint_start(
             .map_err(|e| format!("segment {}: {e}", mark.number))?;
         let header = SegmentHeader::decode(&header).map_err(|e| format!("segment {}: {e}", mark.number))?;
         let same_length = if mark == last { len >= mark.len } else { len == mark.len };
-        if header.rewrites != mark.rewrites || !same_length {
+        if header.rewrites != mark.rewrites || !same_length || header.number != mark.number {
             return Err(format!("segment {} changed since it was taken", mark.number));
         }
+        // Every segment it was taken over started by then. One that starts later would leave the
+        // index behind the segment the next batches go to (see `checkpoint::with_published_index`).
+        if header.base_seq > next_seq {
+            return Err(format!(
+                "segment {} starts at seq {}, past its seq {}",
+                mark.number, header.base_seq, loaded.seq
+            ));
+        }
     }
-    let next_seq = loaded.seq.checked_add(1).ok_or("its seq is past the last usable one")?;
     Ok(Start {
         next_seq,
         covered: sealed.iter().map(|m| (m.number, *m)).collect(),

@@ -1147,3 +1147,47 @@ fn a_checkpoint_taken_while_a_group_seals_its_segment_is_used_after_a_crash() {
         refused.iter().take(3).collect::<Vec<_>>()
     );
 }
+
+#[test]
+fn a_checkpoint_whose_segment_starts_past_its_seq_is_refused_at_once() {
+    // A checkpoint at seq S was taken over segments that all start at S + 1 at the latest. A pair
+    // that says otherwise (CRCs intact: a crafted or mismatched pair) would leave the index behind
+    // the segment the next batches go to: every later checkpoint would wait for a group that never
+    // comes, and new frames would carry seqs below their segment's first. The checkpoint is
+    // refused, and the full replay judges the log: here it refuses it too (segment 1 must start at
+    // seq 1), at once.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = clock_at(NOW);
+    {
+        let store = open_manual(dir.path(), &clock);
+        for n in 0..5 {
+            store.add([varied(n, "1")]).expect("add");
+        }
+    }
+    let (seq, _) = the_checkpoint(dir.path());
+    let segment = dir.path().join("00000001.seg");
+    let mut bytes = std::fs::read(&segment).expect("read segment");
+    bytes[16..24].copy_from_slice(&(seq + 10).to_le_bytes());
+    std::fs::write(&segment, ctxlog::fuzzing::seal_segment(&bytes)).expect("write segment");
+
+    let started = std::time::Instant::now();
+    let opened = Options::new()
+        .clock(Arc::clone(&clock) as Arc<dyn Clock>)
+        .segment_size(SEGMENT)
+        .auto_compact(false)
+        .open(dir.path());
+    match &opened {
+        Err(Error::Corrupt { file, offset, reason }) => {
+            assert!(file.ends_with("00000001.seg"), "{file:?}");
+            assert_eq!(*offset, 16, "{reason}");
+            assert!(reason.contains("starts at seq"), "{reason}");
+        }
+        other => panic!("opened with a segment that starts past the checkpoint: {other:?}"),
+    }
+    drop(opened);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(2),
+        "refusing took {:?}",
+        started.elapsed()
+    );
+}
