@@ -223,6 +223,9 @@ pub fn recovery(data: &[u8]) {
         Err(Error::Corrupt { .. } | Error::Invalid { .. }) => return,
         Err(other) => panic!("opening refused with an unexpected error: {other:?}"),
     };
+    if let Some(problem) = ctxlog::fuzzing::opened_store_problem(&store) {
+        panic!("{problem}");
+    }
     let _ = store.verify();
     if let Ok(items) = store.get(&ContextQuery::new().limit(64)) {
         let ids: Vec<&str> = items.iter().map(|item| item.id.as_str()).collect();

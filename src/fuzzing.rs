@@ -36,6 +36,21 @@ fn put_crc(bytes: &mut [u8], at: usize, covered: std::ops::Range<usize>) {
     }
 }
 
+/// What is wrong with a store just opened, if anything: the next batch's seq (the index's seq + 1)
+/// must be at or past the newest segment's first. A store behind it would write seqs below its
+/// segment's first, and every checkpoint would wait for a group that never comes.
+#[must_use]
+pub fn opened_store_problem(store: &crate::Store) -> Option<String> {
+    let index = store.shared().read_index();
+    let (number, newest) = index.segments.iter().next_back()?;
+    (newest.base_seq > index.seq.saturating_add(1)).then(|| {
+        format!(
+            "opened at seq {}, but its newest segment {number} starts at seq {}",
+            index.seq, newest.base_seq
+        )
+    })
+}
+
 /// Decodes the frame at the start of `bytes`: `read_frame`, then `decode_batch` on its payload,
 /// then `decode_record` on every record at its location and `to_item` on every put. Returns the
 /// number of records decoded, 0 when the frame or batch is refused.

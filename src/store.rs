@@ -629,6 +629,11 @@ impl Store {
         Options::new().open(path)
     }
 
+    /// The state the store's threads share (for the fuzzing module's checks).
+    pub(crate) fn shared(&self) -> &Shared {
+        &self.inner.shared
+    }
+
     fn open_with(dir: &Path, options: Options) -> Result<Store> {
         within(
             "segment_size",
