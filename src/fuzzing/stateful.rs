@@ -993,6 +993,11 @@ impl Run {
             .segment_size(SEGMENT_SIZE)
             .auto_compact(false)
             .open(DIR)
+            .inspect(|store| {
+                if let Some(problem) = super::opened_store_problem(store) {
+                    panic!("{problem}");
+                }
+            })
     }
 
     fn store(&self) -> &Store {
