@@ -135,6 +135,12 @@ fn open(disk: &SimDisk, durability: Durability) -> Result<Store> {
         .segment_size(4096)
         .auto_compact(false)
         .open(DIR)
+        .inspect(|store| {
+            // Every store opened, after a cut too, continues its newest segment.
+            if let Some(problem) = ctxlog::fuzzing::opened_store_problem(store) {
+                panic!("{problem}");
+            }
+        })
 }
 
 /// What running the workload wrote and acknowledged.
