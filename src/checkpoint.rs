@@ -981,12 +981,7 @@ fn with_published_index<T>(shared: &Shared, f: impl FnOnce(&Index, Vec<SegmentMa
     let waiting_since = std::time::Instant::now();
     loop {
         let index = shared.read_index();
-        let sealed_mid_group = index
-            .segments
-            .values()
-            .next_back()
-            .is_some_and(|newest| newest.base_seq > index.seq.saturating_add(1));
-        if !index.unpublished.is_none() || sealed_mid_group {
+        if !index.unpublished.is_none() || index.newest_segment_ahead().is_some() {
             if index.unpublished.failed {
                 return Err(Error::Poisoned {
                     reason: "the index holds a group whose fsync failed".into(),

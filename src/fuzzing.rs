@@ -42,13 +42,11 @@ fn put_crc(bytes: &mut [u8], at: usize, covered: std::ops::Range<usize>) {
 #[must_use]
 pub fn opened_store_problem(store: &crate::Store) -> Option<String> {
     let index = store.shared().read_index();
-    let (number, newest) = index.segments.iter().next_back()?;
-    (newest.base_seq > index.seq.saturating_add(1)).then(|| {
-        format!(
-            "opened at seq {}, but its newest segment {number} starts at seq {}",
-            index.seq, newest.base_seq
-        )
-    })
+    let (number, base_seq) = index.newest_segment_ahead()?;
+    Some(format!(
+        "opened at seq {}, but its newest segment {number} starts at seq {base_seq}",
+        index.seq
+    ))
 }
 
 /// Decodes the frame at the start of `bytes`: `read_frame`, then `decode_batch` on its payload,

@@ -2099,6 +2099,14 @@ impl Index {
         self.slots.get(position(slot))
     }
 
+    /// The newest segment's number and first seq, when it starts past the next batch's seq (the
+    /// index's + 1): while a group that sealed a segment in its middle is not yet published, and
+    /// never in a store at rest.
+    pub(crate) fn newest_segment_ahead(&self) -> Option<(u32, u64)> {
+        let (number, newest) = self.segments.iter().next_back()?;
+        (newest.base_seq > self.seq.saturating_add(1)).then_some((*number, newest.base_seq))
+    }
+
     /// The number of ids the index knows (deleted or not).
     pub(crate) fn id_count(&self) -> usize {
         self.names.len()
