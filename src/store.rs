@@ -904,7 +904,9 @@ impl Store {
     }
 
     /// A read view of now: the current sequence number and clock time. While the handle lives,
-    /// compaction keeps everything it sees.
+    /// compaction keeps everything it sees, including an id's latest version once it has expired
+    /// (the snapshot answers `Expired` for it, and keeps doing so): drop handles once done with
+    /// them, or a store that always holds one keeps its expired items on disk.
     #[must_use]
     pub fn snapshot(&self) -> Snapshot {
         self.view(None, true)
