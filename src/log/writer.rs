@@ -1036,8 +1036,9 @@ fn plan(
                     Some((_, false)) => {
                         return Err(Error::PermissionDenied {
                             reason: format!(
-                                "session {:?} may not add version {:?} of id {:?}: that version is stored, \
-                                 and not in a scope this session may see",
+                                "session {:?} may not add version {:?} of id {:?}: that version was added \
+                                 before, and is in a scope this session may not see, or its content was \
+                                 reclaimed by compaction (which keeps no scope to check)",
                                 session.unwrap_or_default(),
                                 item.version,
                                 item.id
