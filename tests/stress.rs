@@ -1,7 +1,8 @@
 //! Everything at once on one store: writers that add new versions, re-add, delete and add again
 //! (through the store and through session views), readers that hold snapshots (store-wide and
-//! session-restricted, some of them pinned) across compactions, and a compactor that moves the
-//! clock so that items expire under them. The single-threaded suites (`tests/model.rs`, the
+//! session-restricted, some of them pinned) across compactions, and a thread that moves the clock
+//! so that items expire under them, and compacts without pause (or leaves compaction and
+//! checkpoints to the store's maintenance thread). The single-threaded suites (`tests/model.rs`, the
 //! `stateful` fuzz target) check each answer against a model; this one checks what can be judged
 //! while the threads race:
 //!
