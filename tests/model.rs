@@ -467,10 +467,12 @@ impl Model {
             let found = history.iter().position(|known| known.item.version == item.version);
             if let (Some(session), Some((at, known))) = (session, found.and_then(|at| Some((at, history.get(at)?)))) {
                 // Only versions the session may see are compared: not another session's, nor a
-                // reclaimed one (the store keeps no scope for it).
-                let retired =
-                    known.reclaimed || (Some(at) != latest && known.created < step && denied == Some(position));
-                if retired || !visible_to(&known.item.scope, Some(session)) {
+                // reclaimed one (the store keeps no scope for it). A refusal for a version the session
+                // may see tells that compaction retired it; one it may not see is refused for its scope.
+                let visible = visible_to(&known.item.scope, Some(session));
+                let retired = known.reclaimed
+                    || (visible && Some(at) != latest && known.created < step && denied == Some(position));
+                if retired || !visible {
                     if retired {
                         if let Some(kept) = self.ids.get_mut(&item.id).and_then(|h| h.get_mut(at)) {
                             kept.reclaimed = true;

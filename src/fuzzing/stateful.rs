@@ -597,10 +597,12 @@ impl Model {
                 // A session compares only with versions it may see: not another session's, nor a
                 // reclaimed one (whose scope the store no longer keeps). Compaction also retires a
                 // superseded version that no view sees, which this model does not follow: for an
-                // earlier step's superseded version, the store's refusal tells that it did.
-                let retired =
-                    known.reclaimed || (Some(at) != latest && known.created < step && denied == Some(position));
-                if retired || !visible_to(&known.item.scope, Some(session)) {
+                // earlier step's superseded version, the store's refusal tells that it did, unless the
+                // version's scope already explains the refusal.
+                let visible = visible_to(&known.item.scope, Some(session));
+                let retired = known.reclaimed
+                    || (visible && Some(at) != latest && known.created < step && denied == Some(position));
+                if retired || !visible {
                     if retired {
                         if let Some(kept) = self.ids.get_mut(&item.id).and_then(|h| h.get_mut(at)) {
                             kept.reclaimed = true;
