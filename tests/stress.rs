@@ -25,6 +25,9 @@ use ctxlog::{
 };
 use serde_json::json;
 
+mod common;
+use common::{clock_at, stored_form};
+
 const T0: i64 = 1_700_000_000;
 const WRITERS: u64 = 3;
 const IDS: u64 = 12;
@@ -125,16 +128,6 @@ fn expired(item: &ContextItem, now: i64) -> bool {
         .is_some_and(|ttl| item.timestamp + i64::try_from(ttl).unwrap_or(i64::MAX) <= now)
 }
 
-/// `item` as the store gives it back: with its hash, which the store computed (checked present).
-fn as_stored(mut want: ContextItem, got: &ContextItem) -> ContextItem {
-    assert!(
-        got.hash.as_deref().is_some_and(|h| h.starts_with("sha256:")),
-        "{got:?} has no hash"
-    );
-    want.hash.clone_from(&got.hash);
-    want
-}
-
 /// Writer `w`'s run, for as long as `more(op)` says.
 fn writer(
     store: &Store,
@@ -206,7 +199,7 @@ fn writer(
         // (or not found, once compaction has reclaimed it).
         let answer = store.resolve([&id]).expect("resolve own write").remove(0);
         match &answer {
-            Resolution::Found(got) => assert_eq!(got, &as_stored(item, got), "writer {w} op {op}"),
+            Resolution::Found(got) => assert_eq!(got, &stored_form(&item), "writer {w} op {op}"),
             Resolution::Expired { .. } | Resolution::NotFound { .. } if expired(&item, clock.now()) => {}
             other => panic!("writer {w} op {op}: {id} resolves to {other:?} right after its add"),
         }
@@ -255,7 +248,7 @@ fn check_answers(answers: &Answers, taken_at: i64, session: Option<&str>, tried:
             "{what}: never added: {item:?}"
         );
         let want = item_of(w, k, g, v, item.timestamp, item.ttl_seconds);
-        assert_eq!(item, &as_stored(want, item), "{what}: content differs");
+        assert_eq!(item, &stored_form(&want), "{what}: content differs");
         assert!(!expired(item, taken_at), "{what}: expired at {taken_at}: {item:?}");
         if let (Scope::Session(s), Some(session)) = (&item.scope, session) {
             assert_eq!(s, session, "{what}: another session's item: {item:?}");
@@ -300,7 +293,7 @@ fn writers_readers_pins_and_background_maintenance_at_once() {
 fn run(maintenance: Maintenance) {
     let background = maintenance == Maintenance::Background;
     let dir = tempfile::tempdir().expect("tempdir");
-    let clock = Arc::new(ManualClock::new(T0));
+    let clock = clock_at(T0);
     let store = open(dir.path(), &clock, maintenance);
     let started = std::time::Instant::now();
     let tried = Tried::default();
@@ -441,7 +434,7 @@ fn run(maintenance: Maintenance) {
                 let what = format!("{when}: {} ({state:?})", ids[w * states.len() + k]);
                 match (&state.latest, answer) {
                     (Some(want), Resolution::Found(got)) if !expired(want, now) => {
-                        assert_eq!(got, &as_stored(want.clone(), got), "{what}");
+                        assert_eq!(got, &stored_form(want), "{what}");
                         live += 1;
                     }
                     (Some(want), Resolution::Expired { .. } | Resolution::NotFound { .. }) if expired(want, now) => {}
