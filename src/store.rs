@@ -303,6 +303,16 @@ impl VerifyReport {
     }
 }
 
+/// One handle at `seq` less in the registry of live snapshot handles.
+fn release(live: &mut BTreeMap<u64, usize>, seq: u64) {
+    if let Some(count) = live.get_mut(&seq) {
+        *count -= 1;
+        if *count == 0 {
+            live.remove(&seq);
+        }
+    }
+}
+
 /// State shared by the handle, the writer thread and every snapshot.
 pub(crate) struct Shared {
     pub(crate) dir: PathBuf,
@@ -316,6 +326,11 @@ pub(crate) struct Shared {
     commands: Mutex<Option<Sender<Command>>>,
     /// Sequence numbers of live snapshot handles, with how many handles hold each.
     live_snapshots: Mutex<BTreeMap<u64, usize>>,
+    /// Releases of handles dropped while `live_snapshots` was locked (a compaction holds it across
+    /// its rename and directory fsync): a drop never waits for I/O. Applied by the next holder of
+    /// `live_snapshots` before it reads the registry; until then the handle counts as live, which
+    /// only keeps more.
+    released_snapshots: Mutex<Vec<u64>>,
     /// Held while a compaction or a checkpoint runs: one at a time.
     pub(crate) compaction: Mutex<()>,
     /// Log bytes when the last checkpoint was written.
@@ -489,19 +504,35 @@ impl Shared {
 
     /// The registry of live snapshot handles (sequence number -> how many handles hold it). Lock
     /// order: this before the index lock, never the other way.
+    /// Releases queued by drops that found it locked are applied first.
     pub(crate) fn live_snapshots(&self) -> MutexGuard<'_, BTreeMap<u64, usize>> {
-        self.live_snapshots
+        let mut live = self
+            .live_snapshots
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let released = std::mem::take(
+            &mut *self
+                .released_snapshots
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        for seq in released {
+            release(&mut live, seq);
+        }
+        live
     }
 
+    /// A snapshot handle at `seq` (its last clone) is gone. If the registry is locked, the release
+    /// is queued for its next holder rather than waited for.
     pub(crate) fn unregister_snapshot(&self, seq: u64) {
-        let mut live = self.live_snapshots();
-        if let Some(count) = live.get_mut(&seq) {
-            *count -= 1;
-            if *count == 0 {
-                live.remove(&seq);
-            }
+        match self.live_snapshots.try_lock() {
+            Ok(mut live) => release(&mut live, seq),
+            Err(std::sync::TryLockError::Poisoned(poisoned)) => release(&mut poisoned.into_inner(), seq),
+            Err(std::sync::TryLockError::WouldBlock) => self
+                .released_snapshots
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(seq),
         }
     }
 
@@ -679,6 +710,7 @@ impl Store {
             examined: AtomicU64::new(0),
             commands: Mutex::new(None),
             live_snapshots: Mutex::new(BTreeMap::new()),
+            released_snapshots: Mutex::new(Vec::new()),
             compaction: Mutex::new(()),
             checkpointed_log_bytes: AtomicU64::new(0),
             checkpoint_stale: AtomicBool::new(false),
@@ -1746,5 +1778,32 @@ mod tests {
             .resolve(["item-000007", "item-000300", "item-005096"])
             .unwrap();
         assert!(found.iter().all(|r| matches!(r, Resolution::Found(_))), "{found:?}");
+    }
+
+    /// A snapshot handle dropped while the registry of live handles is locked (a compaction holds it
+    /// across its rename and directory fsync) does not wait for it: its release is queued, and the
+    /// registry's next holder applies it before reading.
+    #[test]
+    fn a_handle_dropped_while_the_registry_is_locked_does_not_wait() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        store.add(batch(0, 3)).unwrap();
+        let (snap, other) = (store.snapshot(), store.snapshot());
+        let seq = snap.seq();
+        let shared = store.shared();
+        let live = shared.live_snapshots();
+        assert_eq!(live.get(&seq), Some(&2));
+        let (done, dropped) = crossbeam_channel::bounded(1);
+        let dropper = std::thread::spawn(move || {
+            drop(snap);
+            done.send(()).unwrap();
+        });
+        assert_eq!(dropped.recv_timeout(Duration::from_secs(10)), Ok(()));
+        dropper.join().unwrap();
+        drop(live);
+        // Applied by the next holder: one handle left at that seq, then none.
+        assert_eq!(shared.live_snapshots().get(&seq), Some(&1));
+        drop(other);
+        assert!(shared.live_snapshots().is_empty());
     }
 }
