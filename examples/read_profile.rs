@@ -3,8 +3,8 @@
 //! per operation, wall-clock and on-CPU (user + system time of the process, so that other load on a
 //! shared machine counts less). Run it under `perf record` / `perf stat` to see where the time goes.
 //!
-//! `cargo run --release --example read_profile -- [resolve|resolve_raw|get|get_raw] [N] [OPS]`
-//! (defaults: resolve, 200000, 1000000 resolves or 2000 queries). `get` and `get_raw` run P4's typed
+//! `cargo run --release --example read_profile -- [resolve|resolve_raw|get|get_raw] [N] [OPS] [READ_THREADS]`
+//! (defaults: resolve, 200000, 1000000 resolves or 2000 queries, `Options`' default read threads). `get` and `get_raw` run P4's typed
 //! window queries (~1,000 items each).
 
 use std::sync::Arc;
@@ -38,8 +38,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let ops: u64 = args
         .next()
         .map_or(Ok(if queries { 2000 } else { 1_000_000 }), |a| a.parse())?;
+    let read_threads: Option<usize> = args.next().map(|a| a.parse()).transpose()?;
     let dir = tempfile::tempdir()?;
-    let store = Options::new()
+    let mut options = Options::new();
+    if let Some(threads) = read_threads {
+        options = options.read_threads(threads);
+    }
+    let store = options
         .durability(Durability::Never)
         .clock(Arc::new(ManualClock::new(BASE_TS)))
         .auto_compact(false)

@@ -7,7 +7,7 @@ use serde::Serialize;
 use sha2::Digest;
 
 use crate::error::{Error, Result};
-use crate::index::{record_crc_at, version_tag, Index, VersionEntry, NEVER_EXPIRES};
+use crate::index::{record_crc_at, version_tag, Index, Location, VersionEntry, NEVER_EXPIRES};
 use crate::item::{canonical_json, content_hash, format_hash, validate_name, validate_version, ContextItem, Scope};
 use crate::limits::PARALLEL_READ_ITEMS_MIN;
 use crate::log::record::{decode_checked_record, decode_record, DecodeError, PutView, RecordView, ScopeView};
@@ -472,6 +472,28 @@ impl Held {
 /// decompressing content): an item, its JSON, or `None` when a content filter leaves it out.
 type Finish<'a, T> = dyn Fn(&mut Vec<u8>, &PutView<'_>) -> Result<T, DecodeError> + Sync + 'a;
 
+/// Loads a byte of every 64 of each record at `locations` ([`Segment::touch`]) before they are
+/// found and checked: those loads overlap, where the checks, one record after another, would each
+/// wait for its record's cache and TLB misses in turn.
+fn touch_records<'a>(index: &Index, locations: impl Iterator<Item = &'a Location>) {
+    let mut sum = 0u8;
+    let mut locations = locations.peekable();
+    while let Some(first) = locations.peek() {
+        let number = first.segment;
+        let mut these = std::iter::from_fn(|| locations.next_if(|location| location.segment == number))
+            .map(|location| (location.offset, location.len));
+        if let Some(segment) = index.segments.get(&number) {
+            sum ^= segment.touch(&mut these);
+        }
+        // Whatever `touch` left of this segment's locations, so that the loop moves on.
+        these.for_each(drop);
+    }
+    std::hint::black_box(sum);
+}
+
+/// Records a query's find step touches at a time, ahead of checking them.
+const TOUCH_AHEAD: usize = 16;
+
 /// A put record found and checked ([`checked_put`]) under the index lock. What a read does with it
 /// next (decompressing and hashing the content, parsing it or writing the item's JSON) needs no
 /// lock: [`Located::finish`] does it after the lock is released, so that long reads do not hold
@@ -930,12 +952,21 @@ impl Snapshot {
         items: &mut [X],
         f: &(dyn Fn(&mut S, &mut X) -> Result<Y> + Sync),
     ) -> Result<Vec<Y>> {
+        self.read_in_runs_at(items, &|scratch: &mut S, _, item: &mut X| f(scratch, item))
+    }
+
+    /// As [`Snapshot::read_in_runs`], `f` also given each item's position among `items`.
+    fn read_in_runs_at<X: Send, Y: Send, S: Default>(
+        &self,
+        items: &mut [X],
+        f: &(dyn Fn(&mut S, usize, &mut X) -> Result<Y> + Sync),
+    ) -> Result<Vec<Y>> {
         crate::parallel::map_in_runs(
             items,
             self.shared.read_threads,
             PARALLEL_READ_ITEMS_MIN,
             &self.shared.workers,
-            &|scratch: &mut S, _, item: &mut X| f(scratch, item),
+            &|scratch: &mut S, at, item: &mut X| f(scratch, at, item),
             &crate::parallel::no_end,
         )
     }
@@ -983,7 +1014,11 @@ impl Snapshot {
             // records are found and checked afterwards, still under the lock, on up to
             // `read_threads` threads.
             let (mut candidates, stats) = query::run(&index, query, &bounds, &|version| Ok(Some(*version)))?;
-            let found: Vec<Option<Located>> = self.read_in_runs(&mut candidates, &|(): &mut (), version| {
+            let locations: Vec<Location> = candidates.iter().map(|version| version.location).collect();
+            let found: Vec<Option<Located>> = self.read_in_runs_at(&mut candidates, &|(): &mut (), at, version| {
+                if at % TOUCH_AHEAD == 0 {
+                    touch_records(&index, locations.get(at..).unwrap_or_default().iter().take(TOUCH_AHEAD));
+                }
                 let located = Located::find(&index, version, None)?;
                 Ok(query::confidence_passes(query, located.confidence).then_some(located))
             })?;
