@@ -30,12 +30,14 @@
 #![warn(missing_docs)]
 #![deny(unsafe_code)]
 
+#[cfg(feature = "testing")]
 #[doc(hidden)]
 pub mod bench;
 mod checkpoint;
 mod clock;
 mod compaction;
 mod error;
+#[cfg(feature = "testing")]
 #[doc(hidden)]
 pub mod fuzzing;
 mod index;
@@ -46,8 +48,10 @@ mod parallel;
 mod query;
 mod recovery;
 mod snapshot;
-#[doc(hidden)]
+#[cfg(feature = "sim-disk")]
 pub mod storage;
+#[cfg(not(feature = "sim-disk"))]
+mod storage;
 mod store;
 mod time;
 

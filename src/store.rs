@@ -156,7 +156,9 @@ impl Options {
 
     /// Where the store's files live: every file and directory operation goes through it. Default:
     /// [`FileStorage`](crate::storage::FileStorage), the operating system's file system. Tests pass a
-    /// [`SimDisk`](crate::storage::SimDisk) to simulate power loss and I/O errors.
+    /// [`SimDisk`](crate::storage::SimDisk) to simulate power loss and I/O errors. Only with the
+    /// `sim-disk` feature.
+    #[cfg(feature = "sim-disk")]
     #[must_use]
     pub fn storage(mut self, storage: Arc<dyn Storage>) -> Self {
         self.storage = storage;
@@ -661,6 +663,7 @@ impl Store {
     }
 
     /// The state the store's threads share (for the fuzzing module's checks).
+    #[cfg(feature = "testing")]
     pub(crate) fn shared(&self) -> &Shared {
         &self.inner.shared
     }
@@ -891,6 +894,7 @@ impl Store {
     }
 
     /// Writes a checkpoint now, as the maintenance thread does (for `ctxlog::bench`).
+    #[cfg(feature = "testing")]
     pub(crate) fn checkpoint_now(&self) -> Result<u64> {
         let shared = &self.inner.shared;
         let _one_at_a_time = shared

@@ -240,6 +240,7 @@ impl<'a> PutView<'a> {
     }
 
     /// The item this record stores, with its content parsed from the canonical JSON.
+    #[cfg(any(test, feature = "testing"))]
     pub(crate) fn to_item(&self) -> Result<ContextItem, DecodeError> {
         self.to_item_from(&self.content()?)
     }

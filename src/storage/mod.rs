@@ -1,9 +1,10 @@
 //! The one seam for storage I/O: every file and directory operation of a store goes through a
-//! [`Storage`] (chosen with `Options::storage`), so that tests can run the engine on a simulated
-//! disk ([`SimDisk`]) that keeps synced and unsynced bytes apart and can lose power.
+//! [`Storage`], so that tests can run the engine on a simulated disk (`SimDisk`) that keeps synced
+//! and unsynced bytes apart and can lose power. Public with the `sim-disk` feature, which also adds
+//! `Options::storage` to choose one; without it, a store always uses [`FileStorage`].
 //!
 //! Two backends: [`FileStorage`] (`std::fs` and `memmap2`, the default; the crate's only `unsafe`)
-//! and [`SimDisk`] (in memory). Paths are those the store builds: its directory joined with a file
+//! and `SimDisk` (in memory, with the `sim-disk` feature). Paths are those the store builds: its directory joined with a file
 //! name; the store never nests directories.
 
 use std::fmt;
@@ -13,9 +14,11 @@ use std::path::Path;
 use std::sync::Arc;
 
 mod file;
+#[cfg(any(test, feature = "sim-disk"))]
 mod sim;
 
 pub use file::FileStorage;
+#[cfg(any(test, feature = "sim-disk"))]
 pub use sim::{Call, CallKind, Fault, SimDisk};
 
 /// The whole contents of a file that is never written again (a sealed segment), shared between

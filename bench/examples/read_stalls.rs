@@ -4,7 +4,7 @@
 //! when it happened: a resolve that waits that long is waiting for the index lock, so this shows
 //! what the writer does under it as the store grows.
 //!
-//! `cargo run --release --example read_stalls -- [N] [DIR]` (defaults: 1000000, a temporary directory).
+//! `cargo run --release -p ctxlog-bench --example read_stalls -- [N] [DIR]` (defaults: 1000000, a temporary directory).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -12,8 +12,7 @@ use std::time::Instant;
 
 use ctxlog::{Durability, Options};
 
-#[path = "../benches/w1/mod.rs"]
-mod w1;
+use ctxlog_bench::w1;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);

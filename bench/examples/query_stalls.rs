@@ -4,7 +4,7 @@
 //! (`get`) or raw (`get_raw`). Prints the adds' latencies (p50, p99, p99.9, max) in each half and the
 //! readers' rate: what long reads cost the writers, and the readers what the writers cost them.
 //!
-//! `cargo run --release --example query_stalls -- [WRITERS] [READERS] [get|get_raw] [N] [SECONDS]`
+//! `cargo run --release -p ctxlog-bench --example query_stalls -- [WRITERS] [READERS] [get|get_raw] [N] [SECONDS]`
 //! (defaults: 2, 1, get, 200000, 2.0).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -13,8 +13,7 @@ use std::time::{Duration, Instant};
 
 use ctxlog::{ContextQuery, Store, TimeRange};
 
-#[path = "../benches/w1/mod.rs"]
-mod w1;
+use ctxlog_bench::w1;
 
 /// P4's query `q` over the first `n` items: a type and a window of ~1,000 of its items.
 fn window(q: u64, n: u64) -> ctxlog::Result<ContextQuery> {

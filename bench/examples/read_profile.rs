@@ -3,7 +3,7 @@
 //! per operation, wall-clock and on-CPU (user + system time of the process, so that other load on a
 //! shared machine counts less). Run it under `perf record` / `perf stat` to see where the time goes.
 //!
-//! `cargo run --release --example read_profile -- [resolve|resolve_raw|get|get_raw] [N] [OPS] [READ_THREADS]`
+//! `cargo run --release -p ctxlog-bench --example read_profile -- [resolve|resolve_raw|get|get_raw] [N] [OPS] [READ_THREADS]`
 //! (defaults: resolve, 200000, 1000000 resolves or 2000 queries, `Options`' default read threads). `get` and `get_raw` run P4's typed
 //! window queries (~1,000 items each).
 
@@ -12,8 +12,7 @@ use std::time::Instant;
 
 use ctxlog::{ContextQuery, Durability, ManualClock, Options, RawResolution, Resolution, TimeRange};
 
-#[path = "../benches/w1/mod.rs"]
-mod w1;
+use ctxlog_bench::w1;
 
 use w1::{item, mix, BASE_TS, TYPES};
 

@@ -2,14 +2,13 @@
 //! while the main thread times 2,000 single `Durability::Immediate` adds, and prints their p50, p90
 //! and p99. Shows what a bulk load costs the interactive writers of the same store (group commit
 //! must not hold them for a large batch's validation). Run:
-//! `cargo run --release --example mixed_writers`.
+//! `cargo run --release -p ctxlog-bench --example mixed_writers`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-#[path = "../benches/w1/mod.rs"]
-mod w1;
+use ctxlog_bench::w1;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;

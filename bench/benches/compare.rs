@@ -1,9 +1,9 @@
-//! The comparison harness of issue 5: ctxlog against sled 0.34, redb, SQLite (rusqlite, bundled) and
+//! The comparison harness: ctxlog against sled 0.34, redb, SQLite (rusqlite, bundled) and
 //! fjall on workload W1, each (engine, run) in its own child process, plus the disk's limits measured in
 //! the same run. See docs/BENCHMARKS.md.
 //!
 //! ```text
-//! cargo bench --bench compare -- --n 200000 --engines ctxlog,sled,redb,sqlite,fjall \
+//! cargo bench -p ctxlog-bench --bench compare -- --n 200000 --engines ctxlog,sled,redb,sqlite,fjall \
 //!     --phases p1,p2,p3,p4,p5,p6,p7 --runs 3
 //! ```
 //!
@@ -32,9 +32,9 @@ const BATCH: usize = 1000;
 const THREADS: u64 = 8;
 
 // ---------------------------------------------------------------------------------------------
-// Workload W1: see benches/w1/mod.rs.
+// Workload W1: see src/w1.rs.
 
-mod w1;
+use ctxlog_bench::w1;
 use w1::{item, mix, peak_rss_kib, rss_kinds_kib, BASE_TS, TYPES};
 
 // ---------------------------------------------------------------------------------------------
@@ -227,7 +227,7 @@ impl Engine for Ctxlog {
 /// sled 0.34: one tree, keys prefixed `i` (item), `t` (type|ts|id), `s` (scope|ts|id), `w` (ts|id), written
 /// with `apply_batch` (atomic). `flush()` only calls `sync_file_range` on Linux, which persists neither
 /// the file's metadata nor the disk's write cache, so every durable commit adds an `fdatasync` of sled's
-/// log file (`db`), as issue 5 asks.
+/// log file (`db`), as the method asks.
 struct Sled {
     db: sled::Db,
     log: File,

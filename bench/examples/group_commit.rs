@@ -5,15 +5,14 @@
 //! The compare harness's P2 runs 2,000 adds in ~50 ms, too short to tell two builds apart on a
 //! noisy machine; this runs as many as asked.
 //!
-//! `cargo run --release --example group_commit -- [THREADS] [OPS] [N]` (defaults: 8, 20000, 20000).
+//! `cargo run --release -p ctxlog-bench --example group_commit -- [THREADS] [OPS] [N]` (defaults: 8, 20000, 20000).
 
 use std::sync::{Arc, Barrier};
 use std::time::Instant;
 
 use ctxlog::ContextItem;
 
-#[path = "../benches/w1/mod.rs"]
-mod w1;
+use ctxlog_bench::w1;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);

@@ -5,15 +5,14 @@
 //! during and after the checkpoint, and how long each of its steps took: what a background
 //! checkpoint costs the writers.
 //!
-//! `cargo run --release --example checkpoint_stalls -- [THREADS] [N] [SECONDS] [DIR]` (defaults: 8,
+//! `cargo run --release -p ctxlog-bench --example checkpoint_stalls -- [THREADS] [N] [SECONDS] [DIR]` (defaults: 8,
 //! 200000, 1.0, a temporary directory).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-#[path = "../benches/w1/mod.rs"]
-mod w1;
+use ctxlog_bench::w1;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);

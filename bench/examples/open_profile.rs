@@ -2,7 +2,7 @@
 //! removed first so that each open replays the whole log.
 //! With `once`, it opens one time and exits without closing (no checkpoint is written), so that
 //! `/usr/bin/time` measures the open alone.
-//! `cargo run --release --example open_profile -- DIR [N] [replay|once]`.
+//! `cargo run --release -p ctxlog-bench --example open_profile -- DIR [N] [replay|once]`.
 use std::time::Instant;
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);

@@ -5,7 +5,7 @@
 //! benchmarks only): a batch frame's encoding and decoding, and the index insert of a batch. And
 //! the cost of each check a read makes, and of allocating and freeing one item (`read_checks`).
 //!
-//! `cargo bench --bench hot_paths` (add `-- NAME` to filter).
+//! `cargo bench -p ctxlog-bench --bench hot_paths` (add `-- NAME` to filter).
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -15,7 +15,7 @@ use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkGroup, Crit
 use ctxlog::bench::{decode_frame_records, IndexInput, PutRecords};
 use ctxlog::{canonical_json, ContextItem, ContextQuery, Durability, ManualClock, Options, Scope, Store, TimeRange};
 
-mod w1;
+use ctxlog_bench::w1;
 use w1::{item, mix, BASE_TS};
 
 const LOADED: u64 = 20_000;

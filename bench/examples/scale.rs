@@ -1,7 +1,7 @@
 //! Loads N W1-like items (see issue "Benchmark harness") in durable batches, then reports the bulk-load
 //! rate, the index's bytes per item (from `stats()` and from the process's peak RSS), the time to reopen
 //! the store with its checkpoint and by full replay, and, after expiring half the items, compaction
-//! throughput against the disk's write bandwidth, add latency during compaction, and the bytes left. Run: `cargo run --release --example scale -- 1000000 [DIR]`.
+//! throughput against the disk's write bandwidth, add latency during compaction, and the bytes left. Run: `cargo run --release -p ctxlog-bench --example scale -- 1000000 [DIR]`.
 
 use std::time::Instant;
 
@@ -9,8 +9,7 @@ use std::sync::Arc;
 
 use ctxlog::{ContextQuery, Durability, ManualClock, Options, Store, TimeRange};
 
-#[path = "../benches/w1/mod.rs"]
-mod w1;
+use ctxlog_bench::w1;
 
 use w1::{item, peak_rss_kib};
 

@@ -1,6 +1,5 @@
-//! Workload W1 of issue 5, deterministic, with the content hash a store would fill in. Shared by the
-//! benches and examples/scale.rs.
-#![allow(dead_code)]
+//! Workload W1, deterministic, with the content hash a store would fill in. Shared by the
+//! benches and the profiling drivers.
 
 use ctxlog::{canonical_json, ContextItem, Scope};
 use serde_json::json;
