@@ -5,8 +5,9 @@
 
 use crate::error::{Error, Result};
 use crate::index::{Index, Location};
-use crate::item::{validate_item, ContextItem, TypeRegistry};
+use crate::item::{ContextItem, TypeRegistry};
 use crate::limits::CONTENT_BYTES_DEFAULT;
+use crate::log::put::validate_item;
 use crate::log::record::{decode_batch, read_frame, BatchEncoder, PutView, RecordView};
 use crate::recovery::location_of;
 use crate::store::Store;

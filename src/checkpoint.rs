@@ -16,8 +16,7 @@ use crate::index::{
 };
 use crate::item::{Scope, TypeSpec};
 use crate::log::record::Cursor;
-use crate::log::writer::sync_dir;
-use crate::storage::{append_prepared, Allocation, Storage, StorageFile};
+use crate::storage::{append_prepared, sync_dir, Allocation, Storage, StorageFile};
 use crate::store::Shared;
 
 /// The magic bytes that open every checkpoint file.
@@ -742,15 +741,6 @@ fn read_u32s(c: &mut Cursor<'_>, total: usize, what: &str) -> Result<Vec<u32>, S
     let count = bounded(count, 4, c, total, what)?;
     let bytes = c.take(count * 4, what).map_err(|e| e.0)?;
     Ok(bytes.chunks_exact(4).map(|raw| le_u32(raw, 0)).collect())
-}
-
-/// Frees a large buffer on another thread: unmapping a few hundred MiB takes tens of milliseconds
-/// that opening need not wait for.
-pub(crate) fn drop_in_background<T: Send + 'static>(value: T) {
-    // When no thread can be started, the closure, and the value with it, is dropped right here.
-    let _ = std::thread::Builder::new()
-        .name("ctxlog-free".into())
-        .spawn(move || drop(value));
 }
 
 /// Whether `bytes` are an intact checkpoint of an older format: not damage, just a shortcut this

@@ -23,9 +23,8 @@ use crate::log::record::{
     split_batch, BatchEncoder, RecordView, FRAME_HEADER_BYTES, RECORD_HEADER_BYTES, TAG_PUT, TAG_RETIRED, TAG_SYNC_MARK,
 };
 use crate::log::segment::{segment_file_name, Segment, SegmentHeader, SEGMENT_HEADER_BYTES};
-use crate::log::writer::sync_dir;
 use crate::recovery::{scan_frames, ScanEnd};
-use crate::storage::{append_prepared, Storage, StorageFile};
+use crate::storage::{append_prepared, sync_dir, Storage, StorageFile};
 use crate::store::Shared;
 
 /// What a compaction did.
@@ -529,7 +528,7 @@ fn rewrite(shared: &Shared, number: u32, plan: &SegmentPlan, report: &mut Compac
     report.segments_rewritten += 1;
     // The old file is unlinked already; its mapping (and with it the last handle, whose closing
     // frees the file's pages) goes on another thread: tens of milliseconds for a 64 MiB segment.
-    crate::checkpoint::drop_in_background(segment);
+    crate::parallel::drop_in_background(segment);
     Ok(!unlink.is_empty())
 }
 

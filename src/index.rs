@@ -1066,7 +1066,7 @@ fn fill_lookup(by_name: &mut HashTable<u32>, hashes: &[u64], same_name: impl Fn(
             }
         }
     }
-    crate::checkpoint::drop_in_background(order);
+    crate::parallel::drop_in_background(order);
     Ok(())
 }
 
@@ -1171,7 +1171,7 @@ impl IdTable {
         let same_name = |a: u32, b: u32| name_of(a, &mut NameBuf::new()) == name_of(b, &mut NameBuf::new());
         fill_lookup(&mut table.by_name, &hashes, same_name)
             .map_err(|id| format!("id {:?} is listed twice", name_of(id, &mut NameBuf::new())))?;
-        crate::checkpoint::drop_in_background(hashes);
+        crate::parallel::drop_in_background(hashes);
         Ok(table)
     }
 
@@ -2359,11 +2359,11 @@ impl Index {
             names.is(b, names.name_into(a, &mut buf))
         };
         fill_lookup(&mut table, &hashes, same_name).ok()?;
-        crate::checkpoint::drop_in_background(hashes);
+        crate::parallel::drop_in_background(hashes);
         // Filled with id numbers; each becomes the id's value in place.
         let heads = self.heads();
         numbers_to_values(&mut table, &heads);
-        crate::checkpoint::drop_in_background(heads);
+        crate::parallel::drop_in_background(heads);
         Some(GrownLookup {
             table,
             head_changes: self.head_changes,
@@ -2393,7 +2393,7 @@ impl Index {
             return false;
         }
         let old = std::mem::replace(&mut self.by_name, lookup.table);
-        crate::checkpoint::drop_in_background(old);
+        crate::parallel::drop_in_background(old);
         true
     }
 
@@ -2589,7 +2589,7 @@ impl Index {
         }
         // The lookup holds id numbers so far: each becomes the id's value.
         numbers_to_values(&mut index.by_name, &heads);
-        crate::checkpoint::drop_in_background(heads);
+        crate::parallel::drop_in_background(heads);
         index.live_ids = live_ids;
         (index.by_type, index.by_scope, index.by_time) = sets;
         let (kinds, scopes, sources) = tables;

@@ -982,45 +982,20 @@ fn describe_pattern(pattern: Option<&str>) -> String {
 // Validation
 // ---------------------------------------------------------------------------------------------
 
-/// An item that passed validation, with its canonical content bytes and hash computed.
-#[derive(Clone, Debug)]
-pub(crate) struct ValidItem {
-    /// The item as given (a missing `hash` is not filled in: `hash` below is the one stored, and
-    /// the records and answers are built from it). Its content also lives, canonical and perhaps compressed,
-    /// in `record`: for a small batch `Store::add` takes the tree out before the batch goes to the
-    /// writer thread and frees it on the calling thread while the batch is written; a large batch
-    /// keeps it here, and the store's free thread frees it with the rest once the batch is answered
-    /// (see `store::Garbage`). (Freeing it on the validating
-    /// threads, measured, slowed bulk loads by a third: the frees contend for the allocator's arena
-    /// with the thread that allocated it.)
-    pub(crate) item: ContextItem,
-    /// The SHA-256 of the canonical content.
-    pub(crate) hash: [u8; 32],
-    /// The item's whole put record (content compressed when that pays), encoded on the adding
-    /// thread so that the writer thread only copies it into the frame.
-    pub(crate) record: Vec<u8>,
-    /// `Some(n)` when the id was looked up once the item was checked, and the index, then holding
-    /// `n` ids, did not know it: while the index still holds `n` ids (it never forgets an id's
-    /// name), it knows no version of this id, and the writer thread need not look again. A large
-    /// batch's ids are looked up on its validating threads, beside each other, rather than one
-    /// after the other on the writer thread (`store::note_unknown_ids`).
-    pub(crate) unknown_among: Option<usize>,
-}
-
-/// Checks every rule of an item, computes its canonical content and hash, and checks a declared
-/// hash against it. Errors carry `index: None`; the caller adds the batch position.
+/// Checks every rule of an item's fields, computes its canonical content and the content's SHA-256,
+/// and checks a declared hash against it. Returns the canonical bytes and the hash. Errors carry
+/// `index: None`; the caller adds the batch position.
 ///
 /// # Errors
 ///
 /// [`Error::Invalid`] naming the field at fault, [`Error::UnknownType`], [`Error::TooLarge`] with
 /// `what` = `"content"` when the canonical content exceeds `max_content_bytes`, or
 /// [`Error::HashMismatch`] when a well-formed declared hash does not match the content.
-pub(crate) fn validate_item(
-    item: ContextItem,
+pub(crate) fn check_item(
+    item: &ContextItem,
     registry: &TypeRegistry,
     max_content_bytes: usize,
-    compress: bool,
-) -> Result<ValidItem> {
+) -> Result<(Vec<u8>, [u8; 32])> {
     validate_name("id", &item.id)?;
     registry.check_item(&item.kind, &item.id)?;
     validate_source(&item.source)?;
@@ -1067,31 +1042,13 @@ pub(crate) fn validate_item(
     // text is built only for the error that shows it.
     if declared.is_some_and(|declared| declared != hash) {
         return Err(Error::HashMismatch {
-            id: item.id,
-            declared: item.hash.unwrap_or_default(),
+            id: item.id.clone(),
+            declared: item.hash.clone().unwrap_or_default(),
             computed: format_hash(&hash),
             index: None,
         });
     }
-    let record = crate::log::record::encode_put(&crate::log::record::PutRef {
-        id: &item.id,
-        kind: &item.kind,
-        version: &item.version,
-        scope: &item.scope,
-        source: &item.source,
-        timestamp: item.timestamp,
-        ttl_seconds: item.ttl_seconds,
-        confidence: item.confidence,
-        hash: &hash,
-        content: &canonical,
-        compress,
-    });
-    Ok(ValidItem {
-        item,
-        hash,
-        record,
-        unknown_among: None,
-    })
+    Ok((canonical, hash))
 }
 
 #[cfg(test)]
@@ -1111,8 +1068,8 @@ mod tests {
         )
     }
 
-    fn validate(item: ContextItem) -> Result<ValidItem> {
-        validate_item(item, &TypeRegistry::default(), limits::CONTENT_BYTES_DEFAULT, true)
+    fn validate(item: ContextItem) -> Result<(Vec<u8>, [u8; 32])> {
+        check_item(&item, &TypeRegistry::default(), limits::CONTENT_BYTES_DEFAULT)
     }
 
     fn invalid_field(result: Result<impl std::fmt::Debug>) -> String {
@@ -1221,56 +1178,6 @@ mod tests {
     // ---- item validation ----
 
     #[test]
-    fn valid_item_hashes_its_content() {
-        let v = validate(item().with_ttl(5)).expect("valid");
-        let canonical = br#"{"text":"hello"}"#;
-        assert_eq!(v.hash, content_hash(canonical));
-        // Too short to compress: the canonical bytes are in the record as they are.
-        assert!(v.record.windows(canonical.len()).any(|w| w == canonical));
-        // The record carries the hash computed for the item, which declared none.
-        match crate::log::record::decode_record(&v.record) {
-            Ok(crate::log::record::RecordView::Put(put)) => assert_eq!(put.hash, v.hash),
-            _ => panic!("not a put record"),
-        }
-        assert_eq!(v.item.expires_at(), Some(1_715_299_205));
-    }
-
-    #[test]
-    fn long_content_is_compressed_only_when_asked() {
-        let text = "repeating words, ".repeat(20);
-        let mut long = item();
-        long.content = json!({ "text": text });
-        let canonical = crate::canonical_json(&long.content);
-        let plain = validate_item(
-            long.clone(),
-            &TypeRegistry::default(),
-            limits::CONTENT_BYTES_DEFAULT,
-            false,
-        )
-        .expect("valid");
-        let packed = validate_item(long, &TypeRegistry::default(), limits::CONTENT_BYTES_DEFAULT, true).expect("valid");
-        assert!(plain.record.windows(canonical.len()).any(|w| w == canonical));
-        assert!(!packed.record.windows(canonical.len()).any(|w| w == canonical));
-        assert!(
-            packed.record.len() < plain.record.len() / 2,
-            "{} bytes",
-            packed.record.len()
-        );
-        assert_eq!(plain.hash, packed.hash);
-        // Either record decodes to the same canonical content.
-        for record in [&plain.record, &packed.record] {
-            match crate::log::record::decode_record(record) {
-                Ok(crate::log::record::RecordView::Put(put)) => {
-                    let mut out = Vec::new();
-                    put.append_content(&mut out).expect("content");
-                    assert_eq!(out, canonical);
-                }
-                _ => panic!("not a put record"),
-            }
-        }
-    }
-
-    #[test]
     fn id_validated_in_items() {
         let mut it = item();
         it.id = "a".repeat(129);
@@ -1341,8 +1248,8 @@ mod tests {
     fn content_size_limit() {
         let it = item(); // canonical {"text":"hello"} is 16 bytes
         let reg = TypeRegistry::default();
-        assert!(validate_item(it.clone(), &reg, 16, true).is_ok());
-        match validate_item(it, &reg, 15, true) {
+        assert!(check_item(&it, &reg, 16).is_ok());
+        match check_item(&it, &reg, 15) {
             Err(Error::TooLarge {
                 what,
                 len: 16,
@@ -1356,8 +1263,8 @@ mod tests {
     #[test]
     fn hash_declared_matching_and_mismatching() {
         let good = format_hash(&content_hash(br#"{"text":"hello"}"#));
-        let v = validate(item().with_hash(good.clone())).expect("matching hash");
-        assert_eq!(v.item.hash, Some(good));
+        let (_, hash) = validate(item().with_hash(good.clone())).expect("matching hash");
+        assert_eq!(format_hash(&hash), good);
         let other = format_hash(&[7u8; 32]);
         match validate(item().with_hash(other.clone())) {
             Err(Error::HashMismatch {
@@ -1368,7 +1275,7 @@ mod tests {
             }) => {
                 assert_eq!(id, "ch3");
                 assert_eq!(declared, other);
-                assert_eq!(computed, format_hash(&v.hash));
+                assert_eq!(computed, format_hash(&hash));
             }
             r => panic!("{r:?}"),
         }
@@ -1876,8 +1783,8 @@ mod tests {
         }
         let mut it = item();
         it.kind = "legal_clause".into();
-        assert_eq!(invalid_field(validate_item(it.clone(), &reg, 1000, true)), "id");
+        assert_eq!(invalid_field(check_item(&it, &reg, 1000)), "id");
         it.id = "cl_1".into();
-        assert!(validate_item(it, &reg, 1000, true).is_ok());
+        assert!(check_item(&it, &reg, 1000).is_ok());
     }
 }

@@ -226,6 +226,15 @@ where
 /// The `end` of a [`map_in_runs`] with nothing to do once a run is mapped.
 pub(crate) fn no_end<Y>(_: &mut [Y]) {}
 
+/// Frees a large buffer on another thread: unmapping a few hundred MiB takes tens of milliseconds
+/// that opening need not wait for.
+pub(crate) fn drop_in_background<T: Send + 'static>(value: T) {
+    // When no thread can be started, the closure, and the value with it, is dropped right here.
+    let _ = std::thread::Builder::new()
+        .name("ctxlog-free".into())
+        .spawn(move || drop(value));
+}
+
 #[cfg(test)]
 mod tests {
     use super::{map_in_runs, no_end, Workers};

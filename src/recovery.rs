@@ -25,8 +25,8 @@ use crate::log::record::{
 use crate::log::segment::{
     parse_segment_file_name, read_whole, segment_file_name, Segment, SegmentHeader, SEGMENT_HEADER_BYTES,
 };
-use crate::log::writer::{create_segment, sync_dir, ActiveSegment};
-use crate::storage::{SharedBytes, Storage};
+use crate::log::writer::{create_segment, ActiveSegment};
+use crate::storage::{sync_dir, SharedBytes, Storage};
 
 /// What opening found and did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -351,7 +351,7 @@ fn checkpoint_start(
         .and_then(|file| file.map())
         .map_err(|e| format!("cannot read it: {e}"))?;
     let loaded = checkpoint::decode(&bytes);
-    checkpoint::drop_in_background(bytes);
+    crate::parallel::drop_in_background(bytes);
     let loaded = loaded?;
     if loaded.seq != named_seq {
         return Err(format!("it holds seq {}, but its name says {named_seq}", loaded.seq));

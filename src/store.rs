@@ -15,13 +15,14 @@ use crate::clock::{Clock, SystemClock};
 use crate::compaction::{self, CompactionReport};
 use crate::error::{Error, Result};
 use crate::index::Index;
-use crate::item::{content_hash, validate_item, validate_name, ContextItem, Scope, TypeRegistry, TypeSpec, ValidItem};
+use crate::item::{content_hash, validate_name, ContextItem, Scope, TypeRegistry, TypeSpec};
 use crate::limits::{
     ADD_THREADS_DEFAULT_MAX, ADD_THREADS_MAX, BATCH_ITEMS_MAX, CHECKPOINT_EVERY_BYTES_DEFAULT,
     CHECKPOINT_EVERY_BYTES_MAX, CHECKPOINT_EVERY_BYTES_MIN, CONTENT_BYTES_DEFAULT, CONTENT_BYTES_MAX,
     PARALLEL_ADD_ITEMS_MIN, READ_THREADS_DEFAULT_MAX, READ_THREADS_MAX, SEGMENT_BYTES_DEFAULT, SEGMENT_BYTES_MAX,
     SEGMENT_BYTES_MIN,
 };
+use crate::log::put::{validate_item, ValidItem};
 use crate::log::record::{decode_batch, RecordView};
 use crate::log::segment::{read_whole, SegmentHeader, SEGMENT_HEADER_BYTES};
 use crate::log::writer::{poll_then_recv, Answer, Command, Op, OpOutcome, SyncHelpers, Writer};

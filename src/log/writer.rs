@@ -18,11 +18,12 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 use crate::error::{Error, Result};
 use crate::index::{FastMap, Location, PinInfo, Unpublished};
-use crate::item::{format_hash, Scope, TypeRegistry, TypeSpec, ValidItem};
+use crate::item::{format_hash, Scope, TypeRegistry, TypeSpec};
+use crate::log::put::ValidItem;
 use crate::log::record::{set_frame_header, BatchEncoder, PutView, ScopeView};
 use crate::log::segment::{segment_file_name, Segment, SegmentHeader, SEGMENT_HEADER_BYTES};
 use crate::query::{scope_visible, scope_writable};
-use crate::storage::{Allocation, Storage, StorageFile};
+use crate::storage::{sync_dir, Allocation, Storage, StorageFile};
 use crate::store::{Durability, Shared};
 
 /// Bytes of waiting batches one group takes at most before it is written.
@@ -1300,18 +1301,12 @@ pub(crate) fn create_segment(storage: &dyn Storage, dir: &Path, number: u32, bas
     })
 }
 
-/// Syncs a directory, so that files created, renamed or removed in it survive a crash.
-pub(crate) fn sync_dir(storage: &dyn Storage, dir: &Path) -> Result<()> {
-    storage
-        .sync_dir(dir)
-        .map_err(|e| Error::io(format!("syncing directory {}", dir.display()), e))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::item::{validate_item, ContextItem, Scope};
+    use crate::item::{ContextItem, Scope};
     use crate::limits::CONTENT_BYTES_DEFAULT;
+    use crate::log::put::validate_item;
 
     fn put(id: &str, version: &str, text: &str) -> Op {
         scoped_put(id, version, text, Scope::GlobalWritable)

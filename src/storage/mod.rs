@@ -106,6 +106,13 @@ pub trait StorageFile: Send + Sync + fmt::Debug {
     fn map_prefix(&self, len: u64) -> io::Result<SharedBytes>;
 }
 
+/// Syncs a directory, so that files created, renamed or removed in it survive a crash.
+pub(crate) fn sync_dir(storage: &dyn Storage, dir: &Path) -> crate::error::Result<()> {
+    storage
+        .sync_dir(dir)
+        .map_err(|e| crate::error::Error::io(format!("syncing directory {}", dir.display()), e))
+}
+
 /// Appends `bytes` to `file`, whose write position is `at`, into room reserved and prepared first
 /// ([`StorageFile::allocate`], [`StorageFile::prepare`]), so that the write copies into pages
 /// already there; the file then ends where the bytes do. For files written whole, or in large
