@@ -19,9 +19,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::index::{record_crc_at, Index, Location, PurgeCursor, VersionEntry, SEQ_OPEN};
-use crate::log::record::{
-    split_batch, BatchEncoder, RecordView, FRAME_HEADER_BYTES, RECORD_HEADER_BYTES, TAG_PUT, TAG_RETIRED, TAG_SYNC_MARK,
-};
+use crate::log::record::{split_batch, BatchEncoder, RecordTag, RecordView, FRAME_HEADER_BYTES, RECORD_HEADER_BYTES};
 use crate::log::segment::{segment_file_name, Segment, SegmentHeader, SEGMENT_HEADER_BYTES};
 use crate::recovery::{scan_frames, ScanEnd};
 use crate::storage::{append_prepared, sync_dir, Storage, StorageFile};
@@ -393,12 +391,14 @@ fn rewrite(shared: &Shared, number: u32, plan: &SegmentPlan, report: &mut Compac
                 let (start, len) = (record.start, record.len);
                 let raw = payload.get(start..start + len).ok_or("record out of its frame")?;
                 let offset = u32::try_from(frame_offset + FRAME_HEADER_BYTES + start).map_err(|_| "offset overflow")?;
-                let decision = match record.tag {
-                    TAG_PUT | TAG_RETIRED => decisions.at(offset),
+                // A record of no known tag is copied as it is (reading it reports the damage).
+                let tag = record.kind().ok();
+                let decision = match tag {
+                    Some(RecordTag::Put | RecordTag::Retired) => decisions.at(offset),
                     _ => None,
                 };
                 match decision {
-                    Some((slot, Decision::Retire(reason))) if record.tag == TAG_PUT => {
+                    Some((slot, Decision::Retire(reason))) if tag == Some(RecordTag::Put) => {
                         let RecordView::Put(put) = record.decode().map_err(|e| e.0)? else {
                             return Err("a put record decoded as another kind".to_owned());
                         };
@@ -411,7 +411,7 @@ fn rewrite(shared: &Shared, number: u32, plan: &SegmentPlan, report: &mut Compac
                         placed.push((at, len, Some((slot, None))));
                     }
                     // The rewritten frame has its own sync mark (a sealed segment is synced whole).
-                    None if record.tag == TAG_SYNC_MARK => {}
+                    None if tag == Some(RecordTag::SyncMark) => {}
                     None => {
                         let at = encoder.raw(raw);
                         placed.push((at, len, None));

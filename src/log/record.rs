@@ -31,16 +31,62 @@ pub(crate) const RECORD_HEADER_BYTES: usize = 1 + 4 + 4;
 /// The frame kind of a batch.
 pub(crate) const FRAME_KIND_BATCH: u8 = 1;
 
-/// Record tags.
-pub(crate) const TAG_PUT: u8 = 1;
-pub(crate) const TAG_DELETE: u8 = 2;
-pub(crate) const TAG_REGISTER_TYPE: u8 = 3;
-pub(crate) const TAG_RETIRED: u8 = 4;
-pub(crate) const TAG_PIN: u8 = 5;
-pub(crate) const TAG_UNPIN: u8 = 6;
-/// The first record of every frame this build writes: how many bytes of the segment were durable
-/// (fsynced) when the frame was written. Recovery uses it to tell unsynced holes from damage.
-pub(crate) const TAG_SYNC_MARK: u8 = 7;
+/// A record's tag: what its body holds. Stored as one byte; [`RecordTag::try_from`] refuses any
+/// other value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum RecordTag {
+    Put = 1,
+    Delete = 2,
+    RegisterType = 3,
+    /// A version whose content compaction dropped: its identity and hash only.
+    Retired = 4,
+    Pin = 5,
+    Unpin = 6,
+    /// The first record of every frame this build writes: how many bytes of the segment were durable
+    /// (fsynced) when the frame was written. Recovery uses it to tell unsynced holes from damage.
+    SyncMark = 7,
+}
+
+impl TryFrom<u8> for RecordTag {
+    type Error = DecodeError;
+
+    fn try_from(byte: u8) -> Result<RecordTag, DecodeError> {
+        Ok(match byte {
+            1 => RecordTag::Put,
+            2 => RecordTag::Delete,
+            3 => RecordTag::RegisterType,
+            4 => RecordTag::Retired,
+            5 => RecordTag::Pin,
+            6 => RecordTag::Unpin,
+            7 => RecordTag::SyncMark,
+            other => return Err(bad(format!("unknown record tag {other}"))),
+        })
+    }
+}
+
+/// A put record's scope byte.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+enum ScopeTag {
+    Session = 0,
+    GlobalReadonly = 1,
+    GlobalWritable = 2,
+}
+
+impl TryFrom<u8> for ScopeTag {
+    type Error = DecodeError;
+
+    fn try_from(byte: u8) -> Result<ScopeTag, DecodeError> {
+        Ok(match byte {
+            0 => ScopeTag::Session,
+            1 => ScopeTag::GlobalReadonly,
+            2 => ScopeTag::GlobalWritable,
+            other => return Err(bad(format!("unknown scope tag {other}"))),
+        })
+    }
+}
+
 /// Where the sync mark's value sits in a frame: after the frame header, the record count and the
 /// mark's record header.
 const SYNC_MARK_AT: usize = FRAME_HEADER_BYTES + 4 + RECORD_HEADER_BYTES;
@@ -51,9 +97,6 @@ const FLAG_CONFIDENCE: u8 = 2;
 const FLAG_LZ4: u8 = 4;
 /// Content shorter than this is stored as it is: compressing it saves too little.
 const COMPRESS_BYTES_MIN: usize = 128;
-const SCOPE_SESSION: u8 = 0;
-const SCOPE_GLOBAL_READONLY: u8 = 1;
-const SCOPE_GLOBAL_WRITABLE: u8 = 2;
 
 /// Why bytes could not be decoded; the caller turns it into `Error::Corrupt` with file and offset.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -375,9 +418,9 @@ fn put_len_prefixed_u16(out: &mut Vec<u8>, s: &str) {
 }
 
 /// Writes a record header and body to `out`, returning the record's offset in `out`.
-fn push_record(out: &mut Vec<u8>, tag: u8, body: impl FnOnce(&mut Vec<u8>)) -> usize {
+fn push_record(out: &mut Vec<u8>, tag: RecordTag, body: impl FnOnce(&mut Vec<u8>)) -> usize {
     let start = out.len();
-    out.push(tag);
+    out.push(tag as u8);
     out.extend_from_slice(&[0u8; 8]);
     let body_start = out.len();
     body(out);
@@ -431,7 +474,7 @@ fn compress_into(out: &mut Vec<u8>, content: &[u8]) -> bool {
 /// only copies the bytes into the frame.
 pub(crate) fn encode_put(put: &PutRef<'_>) -> Vec<u8> {
     let mut out = Vec::with_capacity(RECORD_HEADER_BYTES + put.content.len() + 128);
-    push_record(&mut out, TAG_PUT, |out| put_body(out, put));
+    push_record(&mut out, RecordTag::Put, |out| put_body(out, put));
     out
 }
 
@@ -447,11 +490,11 @@ fn put_body(out: &mut Vec<u8>, put: &PutRef<'_>) {
     let flags_at = out.len();
     out.push(flags);
     let (scope_tag, session) = match put.scope {
-        Scope::Session(id) => (SCOPE_SESSION, id.as_str()),
-        Scope::GlobalReadonly => (SCOPE_GLOBAL_READONLY, ""),
-        Scope::GlobalWritable => (SCOPE_GLOBAL_WRITABLE, ""),
+        Scope::Session(id) => (ScopeTag::Session, id.as_str()),
+        Scope::GlobalReadonly => (ScopeTag::GlobalReadonly, ""),
+        Scope::GlobalWritable => (ScopeTag::GlobalWritable, ""),
     };
-    out.push(scope_tag);
+    out.push(scope_tag as u8);
     out.extend_from_slice(&put.timestamp.to_le_bytes());
     out.extend_from_slice(&put.ttl_seconds.unwrap_or(0).to_le_bytes());
     out.extend_from_slice(&put.confidence.unwrap_or(0.0).to_bits().to_le_bytes());
@@ -489,7 +532,7 @@ impl BatchEncoder {
     pub(crate) fn with_capacity(records: usize) -> Self {
         let mut buf = Vec::with_capacity(256 + records);
         buf.extend_from_slice(&[0u8; FRAME_HEADER_BYTES + 4]);
-        push_record(&mut buf, TAG_SYNC_MARK, |out| out.extend_from_slice(&[0u8; 8]));
+        push_record(&mut buf, RecordTag::SyncMark, |out| out.extend_from_slice(&[0u8; 8]));
         BatchEncoder { buf, count: 1 }
     }
 
@@ -515,13 +558,13 @@ impl BatchEncoder {
     /// Appends a tombstone for `id`.
     pub(crate) fn delete(&mut self, id: &str) -> usize {
         self.count += 1;
-        push_record(&mut self.buf, TAG_DELETE, |out| put_len_prefixed_u8(out, id))
+        push_record(&mut self.buf, RecordTag::Delete, |out| put_len_prefixed_u8(out, id))
     }
 
     /// Appends a type registration.
     pub(crate) fn register_type(&mut self, spec: &TypeSpec) -> usize {
         self.count += 1;
-        push_record(&mut self.buf, TAG_REGISTER_TYPE, |out| {
+        push_record(&mut self.buf, RecordTag::RegisterType, |out| {
             put_len_prefixed_u8(out, spec.name());
             match spec.pattern() {
                 Some(pattern) => {
@@ -536,7 +579,7 @@ impl BatchEncoder {
     /// Appends the record of a version whose content was reclaimed.
     pub(crate) fn retired(&mut self, id: &str, version: &str, hash: &[u8; 32]) -> usize {
         self.count += 1;
-        push_record(&mut self.buf, TAG_RETIRED, |out| {
+        push_record(&mut self.buf, RecordTag::Retired, |out| {
             out.extend_from_slice(hash);
             put_len_prefixed_u8(out, id);
             put_len_prefixed_u8(out, version);
@@ -546,7 +589,7 @@ impl BatchEncoder {
     /// Appends a pin of a snapshot.
     pub(crate) fn pin(&mut self, name: &str, seq: u64, taken_at: i64, session: Option<&str>) -> usize {
         self.count += 1;
-        push_record(&mut self.buf, TAG_PIN, |out| {
+        push_record(&mut self.buf, RecordTag::Pin, |out| {
             out.extend_from_slice(&seq.to_le_bytes());
             out.extend_from_slice(&taken_at.to_le_bytes());
             put_len_prefixed_u8(out, name);
@@ -557,7 +600,7 @@ impl BatchEncoder {
     /// Appends the end of a pin.
     pub(crate) fn unpin(&mut self, name: &str) -> usize {
         self.count += 1;
-        push_record(&mut self.buf, TAG_UNPIN, |out| put_len_prefixed_u8(out, name))
+        push_record(&mut self.buf, RecordTag::Unpin, |out| put_len_prefixed_u8(out, name))
     }
 
     /// Appends a record copied whole (header, CRC and body) from another frame.
@@ -647,7 +690,7 @@ pub(crate) fn set_frame_header(frame: &mut [u8], seq: u64, synced: u64) {
 /// segment format 1 have none.
 pub(crate) fn frame_sync_mark(payload: &[u8]) -> Option<u64> {
     let record = payload.get(4..4 + RECORD_HEADER_BYTES + 8)?;
-    if record.first() != Some(&TAG_SYNC_MARK) {
+    if record.first() != Some(&(RecordTag::SyncMark as u8)) {
         return None;
     }
     match decode_record(record) {
@@ -723,6 +766,14 @@ pub(crate) struct RawRecord<'a> {
 }
 
 impl<'a> RawRecord<'a> {
+    /// The record's tag, parsed.
+    ///
+    /// # Errors
+    /// A byte that is no [`RecordTag`].
+    pub(crate) fn kind(&self) -> Result<RecordTag, DecodeError> {
+        RecordTag::try_from(self.tag)
+    }
+
     /// Checks the record's CRC and decodes its body.
     pub(crate) fn decode(&self) -> Result<RecordView<'a>, DecodeError> {
         if crc32fast::hash(self.body) != self.crc {
@@ -799,13 +850,13 @@ fn decode_one_record(bytes: &[u8], check_crc: bool) -> Result<RecordView<'_>, De
 
 fn decode_body(tag: u8, body: &[u8]) -> Result<RecordView<'_>, DecodeError> {
     let mut c = Cursor::new(body);
-    let record = match tag {
-        TAG_PUT => {
+    let record = match RecordTag::try_from(tag)? {
+        RecordTag::Put => {
             let flags = c.u8("flags")?;
             if flags & !(FLAG_TTL | FLAG_CONFIDENCE | FLAG_LZ4) != 0 {
                 return Err(bad(format!("unknown put flags {flags:#04x}")));
             }
-            let scope_tag = c.u8("scope")?;
+            let scope_byte = c.u8("scope")?;
             let timestamp = c.i64("timestamp")?;
             let ttl = c.u64("ttl_seconds")?;
             let confidence = f64::from_bits(c.u64("confidence")?);
@@ -822,13 +873,13 @@ fn decode_body(tag: u8, body: &[u8]) -> Result<RecordView<'_>, DecodeError> {
             let source = c.str(source_len, "source")?;
             let content_len = usize::try_from(c.u32("content length")?).unwrap_or(usize::MAX);
             let content = c.take(content_len, "content")?;
+            let scope_tag = ScopeTag::try_from(scope_byte)?;
             let scope = match scope_tag {
-                SCOPE_SESSION => ScopeView::Session(session),
-                SCOPE_GLOBAL_READONLY => ScopeView::GlobalReadonly,
-                SCOPE_GLOBAL_WRITABLE => ScopeView::GlobalWritable,
-                other => return Err(bad(format!("unknown scope tag {other}"))),
+                ScopeTag::Session => ScopeView::Session(session),
+                ScopeTag::GlobalReadonly => ScopeView::GlobalReadonly,
+                ScopeTag::GlobalWritable => ScopeView::GlobalWritable,
             };
-            if scope_tag != SCOPE_SESSION && !session.is_empty() {
+            if scope_tag != ScopeTag::Session && !session.is_empty() {
                 return Err(bad("session id stored on a global scope"));
             }
             // Adds validate timestamps; the index keeps them in 40 bits.
@@ -849,13 +900,13 @@ fn decode_body(tag: u8, body: &[u8]) -> Result<RecordView<'_>, DecodeError> {
                 compressed: flags & FLAG_LZ4 != 0,
             })
         }
-        TAG_DELETE => {
+        RecordTag::Delete => {
             let id_len = usize::from(c.u8("id length")?);
             RecordView::Delete {
                 id: c.str(id_len, "id")?,
             }
         }
-        TAG_REGISTER_TYPE => {
+        RecordTag::RegisterType => {
             let name_len = usize::from(c.u8("type length")?);
             let name = c.str(name_len, "type")?;
             let pattern = match c.u8("pattern flag")? {
@@ -868,7 +919,7 @@ fn decode_body(tag: u8, body: &[u8]) -> Result<RecordView<'_>, DecodeError> {
             };
             RecordView::RegisterType { name, pattern }
         }
-        TAG_RETIRED => {
+        RecordTag::Retired => {
             let hash = c.array::<32>("hash")?;
             let id_len = usize::from(c.u8("id length")?);
             let id = c.str(id_len, "id")?;
@@ -876,7 +927,7 @@ fn decode_body(tag: u8, body: &[u8]) -> Result<RecordView<'_>, DecodeError> {
             let version = c.str(version_len, "version")?;
             RecordView::Retired { id, version, hash }
         }
-        TAG_PIN => {
+        RecordTag::Pin => {
             let seq = c.u64("seq")?;
             let taken_at = c.i64("taken_at")?;
             let name_len = usize::from(c.u8("name length")?);
@@ -890,16 +941,15 @@ fn decode_body(tag: u8, body: &[u8]) -> Result<RecordView<'_>, DecodeError> {
                 session: (!session.is_empty()).then_some(session),
             }
         }
-        TAG_UNPIN => {
+        RecordTag::Unpin => {
             let name_len = usize::from(c.u8("name length")?);
             RecordView::Unpin {
                 name: c.str(name_len, "name")?,
             }
         }
-        TAG_SYNC_MARK => RecordView::SyncMark {
+        RecordTag::SyncMark => RecordView::SyncMark {
             synced: c.u64("synced length")?,
         },
-        other => return Err(bad(format!("unknown record tag {other}"))),
     };
     if !c.is_empty() {
         return Err(bad("bytes after the end of a record body"));
@@ -910,6 +960,23 @@ fn decode_body(tag: u8, body: &[u8]) -> Result<RecordView<'_>, DecodeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tags_parse_from_their_byte_and_nothing_else_does() {
+        for byte in 0..=u8::MAX {
+            match RecordTag::try_from(byte) {
+                Ok(tag) => assert_eq!(tag as u8, byte),
+                Err(e) => {
+                    assert!(!(1..=7).contains(&byte), "{byte}");
+                    assert_eq!(e.0, format!("unknown record tag {byte}"));
+                }
+            }
+            match ScopeTag::try_from(byte) {
+                Ok(tag) => assert_eq!(tag as u8, byte),
+                Err(e) => assert!(byte > 2 && e.0 == format!("unknown scope tag {byte}"), "{byte}"),
+            }
+        }
+    }
 
     fn sample_put<'a>(scope: &'a Scope, hash: &'a [u8; 32]) -> PutRef<'a> {
         PutRef {
