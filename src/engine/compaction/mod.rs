@@ -17,15 +17,15 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::engine::recovery::{scan_frames, ScanEnd};
+use crate::engine::shared::Shared;
 use crate::error::{Error, Result};
 use crate::index::{record_crc_at, Index, Location, PurgeCursor, VersionEntry, SEQ_OPEN};
 use crate::log::record::{
     split_batch, BatchEncoder, RecordView, FRAME_HEADER_BYTES, RECORD_HEADER_BYTES, TAG_PUT, TAG_RETIRED, TAG_SYNC_MARK,
 };
 use crate::log::segment::{segment_file_name, Segment, SegmentHeader, SEGMENT_HEADER_BYTES};
-use crate::recovery::{scan_frames, ScanEnd};
 use crate::storage::{append_prepared, sync_dir, Storage, StorageFile};
-use crate::store::Shared;
 
 /// What a compaction did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
