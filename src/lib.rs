@@ -35,7 +35,7 @@
 pub mod bench;
 mod checkpoint;
 mod clock;
-mod compaction;
+mod engine;
 mod error;
 #[cfg(feature = "testing")]
 #[doc(hidden)]
@@ -46,7 +46,12 @@ pub mod limits;
 mod log;
 mod parallel;
 mod query;
-mod recovery;
+// Used by bench and fuzzing only.
+#[cfg(feature = "testing")]
+mod recovery {
+    // BRIDGE: old path, removed after the merge
+    pub(crate) use crate::engine::recovery::*;
+}
 mod snapshot;
 #[cfg(feature = "sim-disk")]
 pub mod storage;
@@ -56,11 +61,11 @@ mod store;
 mod time;
 
 pub use crate::clock::{Clock, ManualClock, SystemClock};
-pub use crate::compaction::CompactionReport;
+pub use crate::engine::compaction::CompactionReport;
+pub use crate::engine::recovery::RecoveryStats;
 pub use crate::error::{Error, Result};
 pub use crate::item::{canonical_json, ContextItem, Scope, TypeSpec};
 pub use crate::query::{ContextQuery, IndexUsed, QueryStats};
-pub use crate::recovery::RecoveryStats;
 pub use crate::snapshot::{RawItem, RawResolution, Receipt, ReceiptAnswer, Resolution, Snapshot, SnapshotInfo};
 pub use crate::store::{AddOutcome, Durability, Options, Problem, SessionView, Stats, Store, VerifyReport};
 pub use crate::time::{format_rfc3339, TimeRange};

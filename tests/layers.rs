@@ -199,7 +199,9 @@ fn modules_import_only_their_own_layer_or_below_and_never_in_a_circle() {
             let Some(target) = path.first() else { continue };
             if target == top {
                 // Inside one top-level module: the folder's files must not import each other in a circle.
-                let Some(parent) = file.module.get(..file.module.len().saturating_sub(1)) else { continue };
+                let Some(parent) = file.module.get(..file.module.len().saturating_sub(1)) else {
+                    continue;
+                };
                 if file.module.len() < 2 {
                     continue;
                 }
@@ -237,7 +239,10 @@ fn modules_import_only_their_own_layer_or_below_and_never_in_a_circle() {
     }
 
     if let Some(cycle) = find_cycle(&top_graph) {
-        problems.push(format!("top-level modules import each other in a circle: {}", cycle.join(" -> ")));
+        problems.push(format!(
+            "top-level modules import each other in a circle: {}",
+            cycle.join(" -> ")
+        ));
     }
     for (folder, graph) in &folder_graphs {
         if let Some(cycle) = find_cycle(graph) {
@@ -249,7 +254,12 @@ fn modules_import_only_their_own_layer_or_below_and_never_in_a_circle() {
         }
     }
     let problems: Vec<String> = problems.into_iter().collect::<BTreeSet<_>>().into_iter().collect();
-    assert!(problems.is_empty(), "{} layering problem(s):\n{}", problems.len(), problems.join("\n"));
+    assert!(
+        problems.is_empty(),
+        "{} layering problem(s):\n{}",
+        problems.len(),
+        problems.join("\n")
+    );
 }
 
 /// A circle in `graph`, as the nodes along it (the first repeated at the end), if there is one.
@@ -295,7 +305,10 @@ fn the_checker_sees_grouped_imports_inline_paths_and_circles() {
     let code = library_code(
         "use crate::{error::{Error, Result}, index::Index};\n// crate::store::Shared in a comment\nfn f() { crate::log::record::decode(x); }\n#[cfg(test)]\nmod tests {\n    use crate::engine::Shared;\n}\n",
     );
-    let mut tops: Vec<String> = crate_paths(&code).into_iter().filter_map(|p| p.first().cloned()).collect();
+    let mut tops: Vec<String> = crate_paths(&code)
+        .into_iter()
+        .filter_map(|p| p.first().cloned())
+        .collect();
     tops.sort();
     tops.dedup();
     assert_eq!(tops, ["error", "index", "log"]);
@@ -313,5 +326,8 @@ fn the_checker_sees_grouped_imports_inline_paths_and_circles() {
     graph.entry("b".into()).or_default().insert("c".into());
     assert_eq!(find_cycle(&graph), None);
     graph.entry("c".into()).or_default().insert("a".into());
-    assert_eq!(find_cycle(&graph), Some(vec!["a".into(), "b".into(), "c".into(), "a".into()]));
+    assert_eq!(
+        find_cycle(&graph),
+        Some(vec!["a".into(), "b".into(), "c".into(), "a".into()])
+    );
 }

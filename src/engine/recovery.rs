@@ -438,165 +438,55 @@ fn replay(
     stats: &mut RecoveryStats,
 ) -> Result<Replayed> {
     let Start {
-        mut index,
-        mut next_seq,
+        index,
+        next_seq,
         covered,
         resume,
     } = start;
-    let mut previous_rewritten = false;
+    let mut replay = Replay {
+        storage,
+        dir,
+        numbers,
+        index,
+        next_seq,
+        previous_rewritten: false,
+        stats,
+    };
     let mut active = None;
     let count = numbers.len();
     for (position, number) in numbers.iter().copied().enumerate() {
-        let newest = position + 1 == count;
         let path = dir.join(segment_file_name(number));
-        let corrupt = |offset: usize, reason: String| Error::Corrupt {
-            file: path.clone(),
-            offset: offset as u64,
-            reason,
-        };
         if position > 0 && numbers.get(position - 1).is_some_and(|previous| previous + 1 != number) {
-            return Err(corrupt(0, format!("segment {} is missing before this one", number - 1)));
+            return Err(corrupt(
+                &path,
+                0,
+                format!("segment {} is missing before this one", number - 1),
+            ));
         }
-        stats.segments += 1;
+        replay.stats.segments += 1;
         if let Some(mark) = covered.get(&number) {
             // Covered by the checkpoint, which checked its header and length: map it, read nothing.
-            previous_rewritten = mark.rewrites > 0;
-            index
+            replay.previous_rewritten = mark.rewrites > 0;
+            replay
+                .index
                 .segments
                 .insert(number, Arc::new(Segment::open(storage, &path, true, mark.len)?));
             continue;
         }
-        let kept = segment_for_replay(storage, &path, resume.filter(|mark| mark.number == number))?;
-        let bytes: &[u8] = &kept;
-        let header = match SegmentHeader::decode(bytes) {
-            Ok(header) => header,
-            Err(_) if newest && bytes.len() <= SEGMENT_HEADER_BYTES => {
-                // Torn while being created: it can hold no frame.
-                storage
-                    .remove(&path)
-                    .map_err(|e| Error::io(format!("removing torn {}", path.display()), e))?;
-                sync_dir(storage, dir)?;
-                stats.removed_torn_segment = true;
-                active = Some(create_segment(storage, dir, number, next_seq)?);
-                break;
-            }
-            Err(reason) => return Err(corrupt(0, reason)),
+        let at = SegmentAt {
+            position,
+            number,
+            path: &path,
+            newest: position + 1 == count,
         };
-        if header.number != number {
-            return Err(corrupt(
-                12,
-                format!("header says segment {}, file name says {number}", header.number),
-            ));
-        }
-        let from = match resume {
-            Some(mark) if mark.number == number => usize::try_from(mark.len).unwrap_or(usize::MAX),
-            _ => {
-                // A rewritten segment may have lost its last frames: the next one may start later.
-                let continues = header.base_seq == next_seq || (previous_rewritten && header.base_seq > next_seq);
-                if !continues {
-                    return Err(corrupt(
-                        16,
-                        format!(
-                            "segment starts at seq {}, but the log before it ends at {}",
-                            header.base_seq,
-                            next_seq - 1
-                        ),
-                    ));
-                }
-                next_seq = header.base_seq;
-                SEGMENT_HEADER_BYTES
-            }
-        };
-        previous_rewritten = header.rewrites > 0;
-        // Every frame comes before the next segment's first seq: a later one (which a rewritten
-        // segment's allowed gaps would let through) is damage here, not at the next segment.
-        let next_base_seq = numbers
-            .get(position + 1)
-            .and_then(|next| next_base_seq(storage, &dir.join(segment_file_name(*next))));
-        let mut frames = 0u64;
-        let mut records = 0u64;
-        let scanned = scan_frames(
-            bytes,
-            from,
-            &mut next_seq,
-            newest,
-            header.rewrites > 0,
-            &mut |seq, offset, payload| {
-                if let Some(base) = next_base_seq.filter(|base| seq >= *base) {
-                    return Err(format!(
-                        "frame has seq {seq}, but the next segment starts at seq {base}"
-                    ));
-                }
-                frames += 1;
-                records += replay_batch(&mut index, seq, (number, bytes), offset, payload)?;
-                Ok(())
-            },
-        );
-        let end = match scanned {
-            ScanEnd::Clean { end } => end,
-            ScanEnd::Bad { offset, torn: true, .. }
-                if bytes
-                    .get(offset..)
-                    .is_some_and(|tail| tail.iter().all(|byte| *byte == 0)) =>
-            {
-                stats.unwritten_bytes += (bytes.len() - offset) as u64;
-                offset
-            }
-            ScanEnd::Bad {
-                offset,
-                torn: true,
-                reason,
-            } => {
-                tracing::warn!(
-                    "truncating a torn tail of {} bytes at offset {offset} of {}: {reason}",
-                    bytes.len() - offset,
-                    path.display()
-                );
-                stats.truncated_bytes += (bytes.len() - offset) as u64;
-                offset
-            }
-            ScanEnd::Bad {
-                offset,
-                reason,
-                torn: false,
-            } => return Err(corrupt(offset, reason)),
-        };
-        stats.frames += frames;
-        stats.records += records;
-        let file_len = bytes.len();
-        // A mapping must not outlive a cut of its file's tail (see `storage::file`).
-        drop(kept);
-        if newest {
-            let mut file = storage
-                .open_append(&path)
-                .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
-            if end < file_len {
-                file.set_len(end as u64)
-                    .map_err(|e| Error::io(format!("truncating {}", path.display()), e))?;
-            }
-            // What was replayed may not be durable: a batch whose fsync failed (never acknowledged,
-            // but now shown), or a segment whose creation failed before its header or its directory
-            // entry was synced. Make it durable before anything is acknowledged on top of it.
-            file.sync_all()
-                .map_err(|e| Error::io(format!("syncing {}", path.display()), e))?;
-            sync_dir(storage, dir)?;
-            let segment = Arc::new(Segment::open(storage, &path, false, end as u64)?);
-            index.segments.insert(number, Arc::clone(&segment));
-            active = Some(ActiveSegment {
-                file,
-                number,
-                len: end as u64,
-                allocated: end as u64,
-                zeroed: end as u64,
-                prepared: end as u64,
-                segment,
-            });
-        } else {
-            index
-                .segments
-                .insert(number, Arc::new(Segment::open(storage, &path, true, file_len as u64)?));
+        // Only the newest segment (the last one) gives an active segment, whole or torn.
+        if let Some(newest) = replay.segment(&at, resume.filter(|mark| mark.number == number))? {
+            active = Some(newest);
         }
     }
+    let Replay {
+        mut index, next_seq, ..
+    } = replay;
     let active = match active {
         Some(active) => active,
         None => create_segment(storage, dir, numbers.last().map_or(1, |n| n + 1), next_seq)?,
@@ -604,4 +494,210 @@ fn replay(
     index.segments.insert(active.number, Arc::clone(&active.segment));
     index.seq = next_seq - 1;
     Ok((index, active, next_seq))
+}
+
+/// `Corrupt` at `offset` of the segment file at `path`.
+fn corrupt(path: &Path, offset: usize, reason: String) -> Error {
+    Error::Corrupt {
+        file: path.to_path_buf(),
+        offset: offset as u64,
+        reason,
+    }
+}
+
+/// A replay on its way through the segments.
+struct Replay<'a> {
+    storage: &'a dyn Storage,
+    dir: &'a Path,
+    /// Every segment's number, sorted.
+    numbers: &'a [u32],
+    index: Index,
+    /// The seq the next frame must have (or, after a rewritten segment, exceed).
+    next_seq: u64,
+    /// Whether the segment before was rewritten by compaction (and may have lost its last frames).
+    previous_rewritten: bool,
+    stats: &'a mut RecoveryStats,
+}
+
+/// The segment a replay is in.
+struct SegmentAt<'a> {
+    /// Its place among the segments.
+    position: usize,
+    number: u32,
+    path: &'a Path,
+    /// Whether it is the newest segment, which may end in a torn tail.
+    newest: bool,
+}
+
+impl Replay<'_> {
+    /// Replays the segment `at` (one the checkpoint does not cover whole), from `resume` if the
+    /// checkpoint ends in it. Returns the active segment if it is the newest.
+    fn segment(&mut self, at: &SegmentAt<'_>, resume: Option<SegmentMark>) -> Result<Option<ActiveSegment>> {
+        let kept = segment_for_replay(self.storage, at.path, resume)?;
+        let bytes: &[u8] = &kept;
+        let header = match SegmentHeader::decode(bytes) {
+            Ok(header) => header,
+            Err(_) if at.newest && bytes.len() <= SEGMENT_HEADER_BYTES => {
+                // Torn while being created: it can hold no frame.
+                return self.replace_torn(at).map(Some);
+            }
+            Err(reason) => return Err(corrupt(at.path, 0, reason)),
+        };
+        if header.number != at.number {
+            return Err(corrupt(
+                at.path,
+                12,
+                format!("header says segment {}, file name says {}", header.number, at.number),
+            ));
+        }
+        let from = self.start_in(at, &header, resume)?;
+        self.previous_rewritten = header.rewrites > 0;
+        let end = self.frames(at, bytes, from, header.rewrites > 0)?;
+        let file_len = bytes.len();
+        // A mapping must not outlive a cut of its file's tail (see `storage::file`).
+        drop(kept);
+        if at.newest {
+            self.open_active(at, end, file_len).map(Some)
+        } else {
+            self.index.segments.insert(
+                at.number,
+                Arc::new(Segment::open(self.storage, at.path, true, file_len as u64)?),
+            );
+            Ok(None)
+        }
+    }
+
+    /// Removes the newest segment `at`, torn while being created, and creates it again.
+    fn replace_torn(&mut self, at: &SegmentAt<'_>) -> Result<ActiveSegment> {
+        self.storage
+            .remove(at.path)
+            .map_err(|e| Error::io(format!("removing torn {}", at.path.display()), e))?;
+        sync_dir(self.storage, self.dir)?;
+        self.stats.removed_torn_segment = true;
+        create_segment(self.storage, self.dir, at.number, self.next_seq)
+    }
+
+    /// Where the replay of segment `at` starts: at the checkpoint's end in the segment it resumes in
+    /// (`resume`), else after the header, once the segment is found to continue the log.
+    fn start_in(&mut self, at: &SegmentAt<'_>, header: &SegmentHeader, resume: Option<SegmentMark>) -> Result<usize> {
+        if let Some(mark) = resume {
+            return Ok(usize::try_from(mark.len).unwrap_or(usize::MAX));
+        }
+        // A rewritten segment may have lost its last frames: the next one may start later.
+        let continues =
+            header.base_seq == self.next_seq || (self.previous_rewritten && header.base_seq > self.next_seq);
+        if !continues {
+            return Err(corrupt(
+                at.path,
+                16,
+                format!(
+                    "segment starts at seq {}, but the log before it ends at {}",
+                    header.base_seq,
+                    self.next_seq - 1
+                ),
+            ));
+        }
+        self.next_seq = header.base_seq;
+        Ok(SEGMENT_HEADER_BYTES)
+    }
+
+    /// Replays the frames of segment `at` (its `bytes`) from `from` into the index, with gaps in
+    /// their seqs allowed when `allow_gaps` (a rewritten segment); returns where its good frames end.
+    fn frames(&mut self, at: &SegmentAt<'_>, bytes: &[u8], from: usize, allow_gaps: bool) -> Result<usize> {
+        // Every frame comes before the next segment's first seq: a later one (which a rewritten
+        // segment's allowed gaps would let through) is damage here, not at the next segment.
+        let next_base_seq = self
+            .numbers
+            .get(at.position + 1)
+            .and_then(|next| next_base_seq(self.storage, &self.dir.join(segment_file_name(*next))));
+        let mut frames = 0u64;
+        let mut records = 0u64;
+        let index = &mut self.index;
+        let scanned = scan_frames(
+            bytes,
+            from,
+            &mut self.next_seq,
+            at.newest,
+            allow_gaps,
+            &mut |seq, offset, payload| {
+                if let Some(base) = next_base_seq.filter(|base| seq >= *base) {
+                    return Err(format!(
+                        "frame has seq {seq}, but the next segment starts at seq {base}"
+                    ));
+                }
+                frames += 1;
+                records += replay_batch(index, seq, (at.number, bytes), offset, payload)?;
+                Ok(())
+            },
+        );
+        let end = tail_end(scanned, bytes, at.path, self.stats)?;
+        self.stats.frames += frames;
+        self.stats.records += records;
+        Ok(end)
+    }
+
+    /// Opens the newest segment `at` for appends, cut to `end` (its good frames) from `file_len`
+    /// bytes, and makes what was replayed of it durable.
+    fn open_active(&mut self, at: &SegmentAt<'_>, end: usize, file_len: usize) -> Result<ActiveSegment> {
+        let mut file = self
+            .storage
+            .open_append(at.path)
+            .map_err(|e| Error::io(format!("opening {}", at.path.display()), e))?;
+        if end < file_len {
+            file.set_len(end as u64)
+                .map_err(|e| Error::io(format!("truncating {}", at.path.display()), e))?;
+        }
+        // What was replayed may not be durable: a batch whose fsync failed (never acknowledged,
+        // but now shown), or a segment whose creation failed before its header or its directory
+        // entry was synced. Make it durable before anything is acknowledged on top of it.
+        file.sync_all()
+            .map_err(|e| Error::io(format!("syncing {}", at.path.display()), e))?;
+        sync_dir(self.storage, self.dir)?;
+        let segment = Arc::new(Segment::open(self.storage, at.path, false, end as u64)?);
+        self.index.segments.insert(at.number, Arc::clone(&segment));
+        Ok(ActiveSegment {
+            file,
+            number: at.number,
+            len: end as u64,
+            allocated: end as u64,
+            zeroed: end as u64,
+            prepared: end as u64,
+            segment,
+        })
+    }
+}
+
+/// Where the replayed frames of the segment at `path` end, by how their scan ended: a torn tail
+/// (only the newest segment has one) is cut off, and counted as unwritten when it is all zeros
+/// (space the writer allocated ahead); any other bad frame is damage.
+fn tail_end(scanned: ScanEnd, bytes: &[u8], path: &Path, stats: &mut RecoveryStats) -> Result<usize> {
+    match scanned {
+        ScanEnd::Clean { end } => Ok(end),
+        ScanEnd::Bad { offset, torn: true, .. }
+            if bytes
+                .get(offset..)
+                .is_some_and(|tail| tail.iter().all(|byte| *byte == 0)) =>
+        {
+            stats.unwritten_bytes += (bytes.len() - offset) as u64;
+            Ok(offset)
+        }
+        ScanEnd::Bad {
+            offset,
+            torn: true,
+            reason,
+        } => {
+            tracing::warn!(
+                "truncating a torn tail of {} bytes at offset {offset} of {}: {reason}",
+                bytes.len() - offset,
+                path.display()
+            );
+            stats.truncated_bytes += (bytes.len() - offset) as u64;
+            Ok(offset)
+        }
+        ScanEnd::Bad {
+            offset,
+            reason,
+            torn: false,
+        } => Err(corrupt(path, offset, reason)),
+    }
 }
