@@ -80,6 +80,14 @@ impl Store {
     /// Every checkpoint file must decode whole (magic, version, checksum, consistent contents).
     fn verify_checkpoints(&self, report: &mut VerifyReport) -> Result<()> {
         let storage = &*self.inner.shared.storage;
+        // A checkpoint written meanwhile (the maintenance thread's) removes the older ones: it holds
+        // this lock while it writes and removes, so none listed here vanishes before it is read.
+        let _one_at_a_time = self
+            .inner
+            .shared
+            .compaction
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         for (_, path) in checkpoint::list(storage, &self.inner.shared.dir)? {
             report.checkpoints_checked += 1;
             let bytes = storage
