@@ -16,7 +16,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use clap::{Parser, Subcommand};
 use ctxlog::{
     format_rfc3339, AddOutcome, Clock, CompactionReport, ContextItem, ContextQuery, Error, ManualClock, Options,
-    Resolution, Scope, Snapshot, Store, TimeRange, TypeSpec,
+    Receipt, Resolution, Scope, Snapshot, Store, TimeRange, TypeSpec,
 };
 use serde_json::{json, Value};
 
@@ -173,115 +173,145 @@ const CLAUSE_TEXT: [&str; 4] = [
     "Disputes are settled by arbitration seated in the place named in Schedule 2.",
 ];
 
-/// The `n`-th bulk item: realistic shapes of every built-in type plus `legal_clause`.
+/// The `n`-th bulk item: realistic shapes of every built-in type plus `legal_clause`, in a seeded mix.
 fn bulk_item(n: usize, rng: &mut Rng, clauses: &mut u64) -> ContextItem {
     // Spread over the 24 hours before the demo clock, oldest first.
     let span = i64::try_from(n).unwrap_or(0) * DAY / i64::try_from(BULK_ITEMS).unwrap_or(1);
     let timestamp = DEMO_NOW - DAY + span + i64::try_from(rng.below(30)).unwrap_or(0);
     let roll = rng.below(100);
     match roll {
-        0..=39 => {
-            let doc = rng.pick(&DOCS);
-            ContextItem::new(
-                format!("dc_{n:05}"),
-                "document_chunk",
-                json!({"doc": doc, "chunk": rng.below(400), "lang": "en",
-                       "text": rng.pick(&CLAUSE_TEXT)}),
-                rng.pick(&["contracts_sharepoint", "policy_wiki", "product_docs"]),
-                timestamp,
-                "1",
-                Scope::GlobalReadonly,
-            )
-            .with_confidence(rng.confidence())
-        }
-        40..=63 => ContextItem::new(
-            format!("msg_{n:05}"),
-            "message",
-            json!({"role": rng.pick(&["user", "assistant"]), "turn": rng.below(40),
-                   "text": rng.pick(&["Can you summarise clause 12?", "Here is the termination clause.",
-                                      "What changed since the last draft?", "The cap is twelve months of fees."])}),
-            "chat_ui",
-            timestamp,
-            "1",
-            rng.session(),
-        ),
-        64..=77 => ContextItem::new(
-            format!("tr_{n:05}"),
-            "tool_result",
-            json!({"tool": rng.pick(&["web_search", "sql_runner", "contract_lookup"]),
-                   "query": rng.pick(&["acme termination notice", "open invoices Q2", "globex dpa annex"]),
-                   "hits": rng.below(25)}),
-            rng.pick(&["search_api", "warehouse"]),
-            timestamp,
-            "1",
-            rng.session(),
-        )
-        .with_ttl(TOOL_RESULT_TTL)
-        .with_confidence(rng.confidence()),
-        78..=87 => {
-            let micros = u32::try_from(rng.below(400_000)).unwrap_or(0);
-            ContextItem::new(
-                format!("mm_{n:05}"),
-                "monitoring_metric",
-                json!({"metric": rng.pick(&["p95_latency_ms", "error_rate", "tokens_per_s"]),
-                       "host": format!("api-{}", 1 + rng.below(6)),
-                       "value": f64::from(micros) / 1_000.0}),
-                "prometheus",
-                timestamp,
-                "1",
-                Scope::GlobalWritable,
-            )
-            .with_ttl(METRIC_TTL)
-        }
+        0..=39 => bulk_document_chunk(n, timestamp, rng),
+        40..=63 => bulk_message(n, timestamp, rng),
+        64..=77 => bulk_tool_result(n, timestamp, rng),
+        78..=87 => bulk_metric(n, timestamp, rng),
         88..=92 => {
             *clauses += 1;
-            let section = format!("{}.{}", 1 + *clauses / 10, 1 + *clauses % 10);
-            ContextItem::new(
-                format!("cl_{section}"),
-                "legal_clause",
-                json!({"contract": rng.pick(&DOCS), "section": section,
-                       "jurisdiction": rng.pick(&["CN", "DE", "US"]), "text": rng.pick(&CLAUSE_TEXT)}),
-                "contracts_sharepoint",
-                timestamp,
-                "1",
-                Scope::GlobalReadonly,
-            )
-            .with_confidence(rng.confidence())
+            bulk_legal_clause(*clauses, timestamp, rng)
         }
-        93..=95 => {
-            let scope = rng.session();
-            ContextItem::new(
-                format!("up_{n:05}"),
-                "user_profile",
-                json!({"user": format!("u_{}", rng.below(500)), "plan": rng.pick(&["free", "pro", "team"]),
-                       "locale": rng.pick(&["en-GB", "de-DE", "zh-CN"])}),
-                "profile_service",
-                timestamp,
-                "1",
-                scope,
-            )
-            .with_ttl(PROFILE_TTL)
-        }
-        96..=97 => ContextItem::new(
-            format!("fb_{n:05}"),
-            "user_feedback",
-            json!({"rating": 1 + rng.below(5), "comment": rng.pick(&["helpful", "missed clause 7", "too long"])}),
-            "chat_ui",
-            timestamp,
-            "1",
-            rng.session(),
-        ),
-        _ => ContextItem::new(
-            format!("pd_{n:05}"),
-            "product_document",
-            json!({"product": rng.pick(&["ctx-gateway", "ctx-review"]), "section": "pricing",
-                   "text": "Seats are billed monthly."}),
-            "product_docs",
-            timestamp,
-            "1",
-            Scope::GlobalReadonly,
-        ),
+        93..=95 => bulk_user_profile(n, timestamp, rng),
+        96..=97 => bulk_feedback(n, timestamp, rng),
+        _ => bulk_product_document(n, timestamp, rng),
     }
+}
+
+// The bulk items of each type. Each draws from `rng` in the order its fields are written, so that
+// the seeded data (and with it everything the demo prints) stays the same from run to run.
+
+fn bulk_document_chunk(n: usize, timestamp: i64, rng: &mut Rng) -> ContextItem {
+    let doc = rng.pick(&DOCS);
+    ContextItem::new(
+        format!("dc_{n:05}"),
+        "document_chunk",
+        json!({"doc": doc, "chunk": rng.below(400), "lang": "en",
+               "text": rng.pick(&CLAUSE_TEXT)}),
+        rng.pick(&["contracts_sharepoint", "policy_wiki", "product_docs"]),
+        timestamp,
+        "1",
+        Scope::GlobalReadonly,
+    )
+    .with_confidence(rng.confidence())
+}
+
+fn bulk_message(n: usize, timestamp: i64, rng: &mut Rng) -> ContextItem {
+    ContextItem::new(
+        format!("msg_{n:05}"),
+        "message",
+        json!({"role": rng.pick(&["user", "assistant"]), "turn": rng.below(40),
+               "text": rng.pick(&["Can you summarise clause 12?", "Here is the termination clause.",
+                                  "What changed since the last draft?", "The cap is twelve months of fees."])}),
+        "chat_ui",
+        timestamp,
+        "1",
+        rng.session(),
+    )
+}
+
+fn bulk_tool_result(n: usize, timestamp: i64, rng: &mut Rng) -> ContextItem {
+    ContextItem::new(
+        format!("tr_{n:05}"),
+        "tool_result",
+        json!({"tool": rng.pick(&["web_search", "sql_runner", "contract_lookup"]),
+               "query": rng.pick(&["acme termination notice", "open invoices Q2", "globex dpa annex"]),
+               "hits": rng.below(25)}),
+        rng.pick(&["search_api", "warehouse"]),
+        timestamp,
+        "1",
+        rng.session(),
+    )
+    .with_ttl(TOOL_RESULT_TTL)
+    .with_confidence(rng.confidence())
+}
+
+fn bulk_metric(n: usize, timestamp: i64, rng: &mut Rng) -> ContextItem {
+    let micros = u32::try_from(rng.below(400_000)).unwrap_or(0);
+    ContextItem::new(
+        format!("mm_{n:05}"),
+        "monitoring_metric",
+        json!({"metric": rng.pick(&["p95_latency_ms", "error_rate", "tokens_per_s"]),
+               "host": format!("api-{}", 1 + rng.below(6)),
+               "value": f64::from(micros) / 1_000.0}),
+        "prometheus",
+        timestamp,
+        "1",
+        Scope::GlobalWritable,
+    )
+    .with_ttl(METRIC_TTL)
+}
+
+/// The `clauses`-th legal clause; its id is its section number, which the registered pattern allows.
+fn bulk_legal_clause(clauses: u64, timestamp: i64, rng: &mut Rng) -> ContextItem {
+    let section = format!("{}.{}", 1 + clauses / 10, 1 + clauses % 10);
+    ContextItem::new(
+        format!("cl_{section}"),
+        "legal_clause",
+        json!({"contract": rng.pick(&DOCS), "section": section,
+               "jurisdiction": rng.pick(&["CN", "DE", "US"]), "text": rng.pick(&CLAUSE_TEXT)}),
+        "contracts_sharepoint",
+        timestamp,
+        "1",
+        Scope::GlobalReadonly,
+    )
+    .with_confidence(rng.confidence())
+}
+
+fn bulk_user_profile(n: usize, timestamp: i64, rng: &mut Rng) -> ContextItem {
+    let scope = rng.session();
+    ContextItem::new(
+        format!("up_{n:05}"),
+        "user_profile",
+        json!({"user": format!("u_{}", rng.below(500)), "plan": rng.pick(&["free", "pro", "team"]),
+               "locale": rng.pick(&["en-GB", "de-DE", "zh-CN"])}),
+        "profile_service",
+        timestamp,
+        "1",
+        scope,
+    )
+    .with_ttl(PROFILE_TTL)
+}
+
+fn bulk_feedback(n: usize, timestamp: i64, rng: &mut Rng) -> ContextItem {
+    ContextItem::new(
+        format!("fb_{n:05}"),
+        "user_feedback",
+        json!({"rating": 1 + rng.below(5), "comment": rng.pick(&["helpful", "missed clause 7", "too long"])}),
+        "chat_ui",
+        timestamp,
+        "1",
+        rng.session(),
+    )
+}
+
+fn bulk_product_document(n: usize, timestamp: i64, rng: &mut Rng) -> ContextItem {
+    ContextItem::new(
+        format!("pd_{n:05}"),
+        "product_document",
+        json!({"product": rng.pick(&["ctx-gateway", "ctx-review"]), "section": "pricing",
+               "text": "Seats are billed monthly."}),
+        "product_docs",
+        timestamp,
+        "1",
+        Scope::GlobalReadonly,
+    )
 }
 
 /// A resolution in a few words.
@@ -348,167 +378,184 @@ impl Checks {
     }
 }
 
-#[allow(
-    clippy::too_many_lines,
-    reason = "one linear script, step by step, reads best in one place"
-)]
+/// What the demo's steps share: the store's directory and clock, the query the snapshot story
+/// follows (the document chunks of 08:00-09:59), and the checks made so far.
+struct Demo {
+    dir: PathBuf,
+    clock: Arc<ManualClock>,
+    chunks_query: ContextQuery,
+    checks: Checks,
+}
+
+/// The pinned snapshot's record: the references resolved through it, what it answered when it was
+/// taken (the chunk query's and the resolve's answers, serialised), its digest and the receipt of
+/// its resolve. Every later step compares against it.
+struct Pinned {
+    refs: [String; 4],
+    before: (String, String),
+    digest: String,
+    receipt: Receipt,
+}
+
+/// The tour, one step after the other; each step prints what it did and records its checks.
 fn demo(dir: Option<PathBuf>) -> Fallible<()> {
     let dir = demo_dir(dir)?;
-    let clock = Arc::new(ManualClock::new(DEMO_NOW));
-    let mut checks = Checks::default();
+    let window = TimeRange::parse("2024-05-10T08:00:00Z", "2024-05-10T09:59:59Z").context("parsing the window")?;
+    let mut demo = Demo {
+        dir,
+        clock: Arc::new(ManualClock::new(DEMO_NOW)),
+        chunks_query: ContextQuery::new().types(["document_chunk"]).time_range(window),
+        checks: Checks::default(),
+    };
     println!(
         "ctxlog demo: store {} (ManualClock at {})",
-        dir.display(),
+        demo.dir.display(),
         format_rfc3339(DEMO_NOW)
     );
+    let store = demo.open()?;
+    demo.register_clause_type(&store)?;
+    bulk_write(&store)?;
+    let chunks = demo.query(&store)?;
+    let (doc, clause) = demo.resolve_each_kind(&store, &chunks)?;
+    demo.isolate_sessions(&store)?;
+    let deleted = chunks.last().cloned().ok_or("no document chunk in the window")?;
+    let (snap, pinned) = demo.pin_snapshot(&store, &doc, &deleted, &clause)?;
+    demo.change_the_store(&store, &chunks, &deleted)?;
+    let live_get = demo.compare_snapshot_and_live(&store, snap, &pinned)?;
+    demo.compact_with_pin(&store, &pinned, &live_get)?;
+    let live_before = to_json(&live_get)?;
+    let store = demo.reopen(store, &live_before)?;
+    demo.open_pinned_after_reopen(&store, &pinned)?;
+    demo.unpin_and_compact(&store, &pinned, &live_before)?;
+    demo.stats_and_verify(&store)?;
+    demo.finish()
+}
 
-    // Open and register a type.
-    let started = Instant::now();
-    let store = Options::new()
-        .clock(clock.clone())
-        .auto_compact(false)
-        .open(&dir)
-        .context("opening the store")?;
-    println!(
-        "open: {} (durability Immediate: every add returns after its fsync; auto_compact off: the demo compacts by hand)",
-        ms(started.elapsed())
-    );
-    let clause_pattern = r"^cl_[0-9.a-z]+$";
-    store
-        .register_type(TypeSpec::new("legal_clause").id_pattern(clause_pattern))
-        .context("registering legal_clause")?;
-    let refused = store.add([ContextItem::new(
-        "clause-7",
-        "legal_clause",
-        json!({"text": "..."}),
-        "contracts_sharepoint",
-        DEMO_NOW,
-        "1",
-        Scope::GlobalReadonly,
-    )]);
-    let pattern_enforced = checks.record(
-        "legal_clause id pattern enforced",
-        matches!(refused, Err(Error::Invalid { .. })),
-    );
-    println!("register legal_clause {clause_pattern}: ok; id \"clause-7\" refused: {pattern_enforced}");
-
-    // Bulk write.
-    let mut rng = Rng(0x00C7_7106);
-    let mut clauses = 0u64;
-    let items: Vec<ContextItem> = (0..BULK_ITEMS).map(|n| bulk_item(n, &mut rng, &mut clauses)).collect();
-    let mut per_type = std::collections::BTreeMap::<String, usize>::new();
-    for item in &items {
-        *per_type.entry(item.kind.clone()).or_default() += 1;
+impl Demo {
+    /// Opens the store on the demo clock, with background compaction off: the demo compacts by hand.
+    fn open_store(&self, what: &str) -> Fallible<Store> {
+        Options::new()
+            .clock(self.clock.clone())
+            .auto_compact(false)
+            .open(&self.dir)
+            .context(what)
     }
-    let (mut added, mut unchanged, mut batches) = (0usize, 0usize, 0usize);
-    let started = Instant::now();
-    for chunk in items.chunks(BATCH_ITEMS) {
-        for outcome in store.add(chunk.iter().cloned()).context("adding a batch")? {
-            match outcome {
-                AddOutcome::Added { .. } => added += 1,
-                _ => unchanged += 1,
-            }
-        }
-        batches += 1;
-    }
-    let elapsed = started.elapsed();
-    println!(
-        "add: {BULK_ITEMS} items in {batches} batches of {BATCH_ITEMS}, sessions s1..s{SESSIONS}: {added} added, {unchanged} unchanged in {} ({} per batch)",
-        ms(elapsed),
-        ms(elapsed / u32::try_from(batches.max(1)).unwrap_or(1))
-    );
-    let mix: Vec<String> = per_type.iter().map(|(kind, count)| format!("{kind} {count}")).collect();
-    println!("  types: {}", mix.join(", "));
 
-    // Queries.
-    let window = TimeRange::parse("2024-05-10T08:00:00Z", "2024-05-10T09:59:59Z").context("parsing the window")?;
-    let chunks_query = ContextQuery::new().types(["document_chunk"]).time_range(window);
-    let started = Instant::now();
-    let (chunks, stats) = store
-        .get_with_stats(&chunks_query)
-        .context("querying document chunks")?;
-    println!(
-        "get document_chunk 08:00-09:59: returned {}, examined {}, index {:?}, {}",
-        stats.returned,
-        stats.examined,
-        stats.index,
-        ms(started.elapsed())
-    );
-    let cn_query = ContextQuery::new()
-        .types(["legal_clause"])
-        .content_eq("jurisdiction", json!("CN"))
-        .min_confidence(0.8)
-        .newest_first()
-        .limit(5);
-    let started = Instant::now();
-    let (cn, stats) = store.get_with_stats(&cn_query).context("querying legal clauses")?;
-    let cn_ids: Vec<&str> = cn.iter().map(|item| item.id.as_str()).collect();
-    println!(
-        "get legal_clause jurisdiction=CN confidence>=0.8 newest 5: [{}], examined {}, index {:?}, {}",
-        cn_ids.join(", "),
-        stats.examined,
-        stats.index,
-        ms(started.elapsed())
-    );
-
-    // Resolves: Found, Expired, Superseded, NotFound.
-    let doc = chunks.first().cloned().ok_or("no document chunk in the window")?;
-    let tool = first_item(
-        &store,
-        &ContextQuery::new().types(["tool_result"]).newest_first(),
-        "tool result",
-    )?;
-    let clause = first_item(&store, &ContextQuery::new().types(["legal_clause"]), "legal clause")?;
-    let mut amended = ContextItem::new(
-        clause.id.clone(),
-        "legal_clause",
-        clause.content.clone(),
-        clause.source.clone(),
-        DEMO_NOW,
-        "2",
-        clause.scope.clone(),
-    );
-    if let Value::Object(fields) = &mut amended.content {
-        fields.insert(
-            "text".into(),
-            json!("Amended: termination on thirty (30) days' written notice."),
+    fn open(&self) -> Fallible<Store> {
+        let started = Instant::now();
+        let store = self.open_store("opening the store")?;
+        println!(
+            "open: {} (durability Immediate: every add returns after its fsync; auto_compact off: the demo compacts by hand)",
+            ms(started.elapsed())
         );
+        Ok(store)
     }
-    store.add([amended]).context("adding a new version of a clause")?;
-    clock.advance(6 * HOUR);
-    let refs = [
-        doc.id.clone(),
-        tool.id.clone(),
-        format!("{}@1", clause.id),
-        "dc_99999".to_owned(),
-    ];
-    let started = Instant::now();
-    let resolved = store.resolve(&refs).context("resolving")?;
-    let elapsed = started.elapsed();
-    println!(
-        "added {}@2; clock +6 h to {} (tool results have a 6 h TTL); resolve in {}:",
-        clause.id,
-        format_rfc3339(clock.now()),
-        ms(elapsed)
-    );
-    for (reference, resolution) in refs.iter().zip(&resolved) {
-        println!("  {reference:<14} -> {}", describe(resolution));
-    }
-    let kinds_ok = matches!(
-        resolved.as_slice(),
-        [
-            Resolution::Found(_),
-            Resolution::Expired { .. },
-            Resolution::Superseded { .. },
-            Resolution::NotFound { .. }
-        ]
-    );
-    checks.record("resolve gives Found, Expired, Superseded, NotFound", kinds_ok);
 
-    // Sessions.
-    {
+    /// Registers `legal_clause` with an id pattern, and shows an id that breaks it refused.
+    fn register_clause_type(&mut self, store: &Store) -> Fallible<()> {
+        let clause_pattern = r"^cl_[0-9.a-z]+$";
+        store
+            .register_type(TypeSpec::new("legal_clause").id_pattern(clause_pattern))
+            .context("registering legal_clause")?;
+        let refused = store.add([ContextItem::new(
+            "clause-7",
+            "legal_clause",
+            json!({"text": "..."}),
+            "contracts_sharepoint",
+            DEMO_NOW,
+            "1",
+            Scope::GlobalReadonly,
+        )]);
+        let pattern_enforced = self.checks.record(
+            "legal_clause id pattern enforced",
+            matches!(refused, Err(Error::Invalid { .. })),
+        );
+        println!("register legal_clause {clause_pattern}: ok; id \"clause-7\" refused: {pattern_enforced}");
+        Ok(())
+    }
+
+    /// The typed time-range query the snapshot story follows, and a query on content and
+    /// confidence. Returns the document chunks of the window.
+    fn query(&self, store: &Store) -> Fallible<Vec<ContextItem>> {
+        let started = Instant::now();
+        let (chunks, stats) = store
+            .get_with_stats(&self.chunks_query)
+            .context("querying document chunks")?;
+        println!(
+            "get document_chunk 08:00-09:59: returned {}, examined {}, index {:?}, {}",
+            stats.returned,
+            stats.examined,
+            stats.index,
+            ms(started.elapsed())
+        );
+        let cn_query = ContextQuery::new()
+            .types(["legal_clause"])
+            .content_eq("jurisdiction", json!("CN"))
+            .min_confidence(0.8)
+            .newest_first()
+            .limit(5);
+        let started = Instant::now();
+        let (cn, stats) = store.get_with_stats(&cn_query).context("querying legal clauses")?;
+        let cn_ids: Vec<&str> = cn.iter().map(|item| item.id.as_str()).collect();
+        println!(
+            "get legal_clause jurisdiction=CN confidence>=0.8 newest 5: [{}], examined {}, index {:?}, {}",
+            cn_ids.join(", "),
+            stats.examined,
+            stats.index,
+            ms(started.elapsed())
+        );
+        Ok(chunks)
+    }
+
+    /// Resolves that answer Found, Expired, Superseded and NotFound: a clause gets a second version,
+    /// and the clock moves past the tool results' TTL. Returns the chunk found and the clause.
+    fn resolve_each_kind(&mut self, store: &Store, chunks: &[ContextItem]) -> Fallible<(ContextItem, ContextItem)> {
+        let doc = chunks.first().cloned().ok_or("no document chunk in the window")?;
+        let tool = first_item(
+            store,
+            &ContextQuery::new().types(["tool_result"]).newest_first(),
+            "tool result",
+        )?;
+        let clause = first_item(store, &ContextQuery::new().types(["legal_clause"]), "legal clause")?;
+        add_amended_clause(store, &clause)?;
+        self.clock.advance(6 * HOUR);
+        let refs = [
+            doc.id.clone(),
+            tool.id.clone(),
+            format!("{}@1", clause.id),
+            "dc_99999".to_owned(),
+        ];
+        let started = Instant::now();
+        let resolved = store.resolve(&refs).context("resolving")?;
+        let elapsed = started.elapsed();
+        println!(
+            "added {}@2; clock +6 h to {} (tool results have a 6 h TTL); resolve in {}:",
+            clause.id,
+            format_rfc3339(self.clock.now()),
+            ms(elapsed)
+        );
+        for (reference, resolution) in refs.iter().zip(&resolved) {
+            println!("  {reference:<14} -> {}", describe(resolution));
+        }
+        let kinds_ok = matches!(
+            resolved.as_slice(),
+            [
+                Resolution::Found(_),
+                Resolution::Expired { .. },
+                Resolution::Superseded { .. },
+                Resolution::NotFound { .. }
+            ]
+        );
+        self.checks
+            .record("resolve gives Found, Expired, Superseded, NotFound", kinds_ok);
+        Ok((doc, clause))
+    }
+
+    /// Session s1 sees only its own messages, cannot resolve s2's, and may neither write into s2's
+    /// scope nor take one of s2's ids over.
+    fn isolate_sessions(&mut self, store: &Store) -> Fallible<()> {
         let other = first_item(
-            &store,
+            store,
             &ContextQuery::new()
                 .types(["message"])
                 .scopes([Scope::Session("s2".into())]),
@@ -552,44 +599,324 @@ fn demo(dir: Option<PathBuf>) -> Fallible<()> {
             && takeover_denied
             && matches!(through_s1.as_slice(), [Resolution::NotFound { .. }])
             && matches!(through_store.as_slice(), [Resolution::Found(_)]);
-        checks.record("session isolation", isolated);
+        self.checks.record("session isolation", isolated);
+        Ok(())
     }
 
-    // Snapshot, then change things under it.
-    let profile = first_item(
-        &store,
-        &ContextQuery::new().types(["user_profile"]).newest_first(),
-        "user profile",
-    )?;
-    let deleted = chunks.last().cloned().ok_or("no document chunk in the window")?;
-    let snap_refs = [
-        doc.id.clone(),
-        deleted.id.clone(),
-        format!("{}@1", clause.id),
-        profile.id.clone(),
-    ];
-    let snap = store.snapshot();
-    let pinned = snap.pin(PIN).context("pinning the snapshot")?;
-    let snap_get = snap.get(&chunks_query).context("snapshot get")?;
-    let (snap_resolve, receipt) = snap.resolve_with_receipt(&snap_refs).context("snapshot resolve")?;
-    let digest = snap.digest().context("snapshot digest")?;
-    let before = (to_json(&snap_get)?, to_json(&snap_resolve)?);
-    println!(
-        "snapshot at seq {}, {}: get {} chunks; resolve {} -> {}",
-        snap.seq(),
-        format_rfc3339(snap.taken_at()),
-        snap_get.len(),
-        snap_refs.join(" "),
-        describe_all(&snap_resolve)
-    );
-    println!(
-        "  pinned as {} (seq {}); receipt of {} answers; digest {digest}",
-        pinned.name,
-        pinned.seq,
-        receipt.answers.len()
-    );
+    /// Takes a snapshot and pins it; records its answers to the chunk query and to a resolve (with
+    /// a receipt), and its digest.
+    fn pin_snapshot(
+        &self,
+        store: &Store,
+        doc: &ContextItem,
+        deleted: &ContextItem,
+        clause: &ContextItem,
+    ) -> Fallible<(Snapshot, Pinned)> {
+        let profile = first_item(
+            store,
+            &ContextQuery::new().types(["user_profile"]).newest_first(),
+            "user profile",
+        )?;
+        let refs = [
+            doc.id.clone(),
+            deleted.id.clone(),
+            format!("{}@1", clause.id),
+            profile.id.clone(),
+        ];
+        let snap = store.snapshot();
+        let info = snap.pin(PIN).context("pinning the snapshot")?;
+        let snap_get = snap.get(&self.chunks_query).context("snapshot get")?;
+        let (snap_resolve, receipt) = snap.resolve_with_receipt(&refs).context("snapshot resolve")?;
+        let digest = snap.digest().context("snapshot digest")?;
+        let before = (to_json(&snap_get)?, to_json(&snap_resolve)?);
+        println!(
+            "snapshot at seq {}, {}: get {} chunks; resolve {} -> {}",
+            snap.seq(),
+            format_rfc3339(snap.taken_at()),
+            snap_get.len(),
+            refs.join(" "),
+            describe_all(&snap_resolve)
+        );
+        println!(
+            "  pinned as {} (seq {}); receipt of {} answers; digest {digest}",
+            info.name,
+            info.seq,
+            receipt.answers.len()
+        );
+        let pinned = Pinned {
+            refs,
+            before,
+            digest,
+            receipt,
+        };
+        Ok((snap, pinned))
+    }
 
-    let revisions: Vec<ContextItem> = chunks
+    /// Changes the store under the snapshot: second versions of some chunks, late chunks in the
+    /// window, a delete, and the clock past the profiles' TTL.
+    fn change_the_store(&self, store: &Store, chunks: &[ContextItem], deleted: &ContextItem) -> Fallible<()> {
+        let revisions = revised_chunks(chunks);
+        let late = late_chunks();
+        let started = Instant::now();
+        store.add(revisions).context("adding new versions")?;
+        store.add(late).context("adding late chunks")?;
+        let existed = store.delete(&deleted.id).context("deleting")?;
+        self.clock.advance(7 * DAY);
+        println!(
+            "then: {REVISED} chunks at v2, {LATE} late chunks, delete {} ({existed}), clock +7 d (profiles have a 7 d TTL), in {}",
+            deleted.id,
+            ms(started.elapsed())
+        );
+        Ok(())
+    }
+
+    /// The snapshot answers as before while the live store's answers changed. Drops the snapshot's
+    /// handle, so that from here on only the pin keeps what it sees. Returns the live chunk query's
+    /// answer.
+    fn compare_snapshot_and_live(
+        &mut self,
+        store: &Store,
+        snap: Snapshot,
+        pinned: &Pinned,
+    ) -> Fallible<Vec<ContextItem>> {
+        let snap_get = snap.get(&self.chunks_query).context("snapshot get")?;
+        let snap_resolve = snap.resolve(&pinned.refs).context("snapshot resolve")?;
+        let unchanged = (to_json(&snap_get)?, to_json(&snap_resolve)?) == pinned.before;
+        self.checks.record("snapshot answers unchanged", unchanged);
+        println!(
+            "  snapshot: get {} chunks; resolve -> {}; unchanged: {unchanged}",
+            snap_get.len(),
+            describe_all(&snap_resolve)
+        );
+        let live_get = store.get(&self.chunks_query).context("live get")?;
+        let live_resolve = store.resolve(&pinned.refs).context("live resolve")?;
+        let at_v2 = live_get.iter().filter(|item| item.version == "2").count();
+        let changed = to_json(&live_get)? != pinned.before.0 && to_json(&live_resolve)? != pinned.before.1;
+        self.checks.record("live answers changed", changed);
+        println!(
+            "  live:     get {} chunks ({at_v2} at v2); resolve -> {}; changed: {changed}",
+            live_get.len(),
+            describe_all(&live_resolve)
+        );
+        drop(snap);
+        Ok(live_get)
+    }
+
+    /// Compacts with the pin held: the pin alone keeps what the snapshot sees.
+    fn compact_with_pin(&mut self, store: &Store, pinned: &Pinned, live_get: &[ContextItem]) -> Fallible<()> {
+        let report = store.compact().context("compacting")?;
+        print_compaction("compact (pin held)", &report);
+        let kept = store
+            .snapshots()
+            .into_iter()
+            .find(|info| info.name == PIN)
+            .map_or(0, |info| info.bytes_kept);
+        let opened = store.open_snapshot(PIN).context("opening the pinned snapshot")?;
+        let after_compaction = snapshot_answers(&opened, &self.chunks_query, &pinned.refs)?;
+        drop(opened);
+        let pin_answers_kept = (&after_compaction.0, &after_compaction.1) == (&pinned.before.0, &pinned.before.1);
+        let pin_digest_kept = after_compaction.2 == pinned.digest;
+        self.checks
+            .record("pinned answers unchanged by compaction", pin_answers_kept);
+        self.checks
+            .record("pinned digest unchanged by compaction", pin_digest_kept);
+        let live_compacted = to_json(&store.get(&self.chunks_query).context("live get")?)? == to_json(&live_get)?;
+        self.checks
+            .record("live answers unchanged by compaction", live_compacted);
+        println!(
+            "  pin {PIN} keeps {} the live state no longer needs; its answers unchanged: {pin_answers_kept}, digest unchanged: {pin_digest_kept}; live answers unchanged: {live_compacted}",
+            human_bytes(kept)
+        );
+        Ok(())
+    }
+
+    /// Closes the store and opens it again, from the checkpoint written at close: same counts, same
+    /// answers (`live_before`, the chunk query's answer before, serialised).
+    fn reopen(&mut self, store: Store, live_before: &str) -> Fallible<Store> {
+        let before_stats = store.stats();
+        drop(store);
+        let started = Instant::now();
+        let store = self.open_store("reopening the store")?;
+        let reopen = started.elapsed();
+        let after_stats = store.stats();
+        let live_after = to_json(&store.get(&self.chunks_query).context("get after reopen")?)?;
+        let counts_match = (before_stats.items, before_stats.versions, before_stats.seq)
+            == (after_stats.items, after_stats.versions, after_stats.seq);
+        let answers_match = live_before == live_after;
+        self.checks.record("counts match after reopen", counts_match);
+        self.checks.record("answers match after reopen", answers_match);
+        let recovery = &after_stats.recovery;
+        // The clean close wrote a checkpoint as of the last sequence number.
+        let from_checkpoint =
+            recovery.checkpoint_seq == Some(before_stats.seq) && recovery.checkpoint_rejected.is_none();
+        self.checks
+            .record("reopen starts from the checkpoint written at close", from_checkpoint);
+        let checkpoint_seq = recovery
+            .checkpoint_seq
+            .map_or_else(|| "none".to_owned(), |seq| seq.to_string());
+        println!(
+            "reopen: {} from checkpoint at seq {checkpoint_seq} (recovery {} ms; replayed {} frames, {} records after it; {} segment(s) opened, {} torn bytes cut)",
+            ms(reopen),
+            recovery.millis,
+            recovery.frames,
+            recovery.records,
+            recovery.segments,
+            recovery.truncated_bytes
+        );
+        if let Some(reason) = &recovery.checkpoint_rejected {
+            println!("  checkpoint rejected: {reason}");
+        }
+        println!("  counts match: {counts_match}; answers match: {answers_match}");
+        Ok(store)
+    }
+
+    /// The pinned snapshot and the receipt after the restart: the same answers and digest.
+    fn open_pinned_after_reopen(&mut self, store: &Store, pinned: &Pinned) -> Fallible<()> {
+        let opened = store.open_snapshot(PIN).context("opening the pinned snapshot")?;
+        let reopened = snapshot_answers(&opened, &self.chunks_query, &pinned.refs)?;
+        drop(opened);
+        let identical = (&reopened.0, &reopened.1) == (&pinned.before.0, &pinned.before.1);
+        let same_digest = reopened.2 == pinned.digest;
+        self.checks
+            .record("open_snapshot answers identical after reopen", identical);
+        self.checks
+            .record("open_snapshot digest identical after reopen", same_digest);
+        let replayed = store.replay(&pinned.receipt).context("replaying the receipt")?;
+        let replay_same = to_json(&replayed)? == pinned.before.1;
+        self.checks
+            .record("replay of the receipt gives the same answers", replay_same);
+        println!(
+            "  open_snapshot({PIN}): answers byte-identical: {identical}, digest identical: {same_digest}; replay(receipt) -> {}; same: {replay_same}",
+            describe_all(&replayed)
+        );
+        Ok(())
+    }
+
+    /// Unpins and compacts again: what only the pin kept goes, and the receipt can no longer be
+    /// replayed; the live answers stay `live_before`.
+    fn unpin_and_compact(&mut self, store: &Store, pinned: &Pinned, live_before: &str) -> Fallible<()> {
+        let unpinned = store.unpin_snapshot(PIN).context("unpinning")?;
+        let report = store.compact().context("compacting")?;
+        let reclaimed = report.bytes_after < report.bytes_before;
+        self.checks
+            .record("unpin then compact reclaims space", unpinned && reclaimed);
+        print_compaction(&format!("unpin {PIN} ({unpinned}), compact"), &report);
+        let replay_refused = matches!(store.replay(&pinned.receipt), Err(Error::SnapshotNotFound { .. }));
+        let open_refused = matches!(store.open_snapshot(PIN), Err(Error::SnapshotNotFound { .. }));
+        self.checks.record(
+            "replay and open_snapshot refused after unpin",
+            replay_refused && open_refused,
+        );
+        let live_compacted = to_json(&store.get(&self.chunks_query).context("live get")?)? == live_before;
+        self.checks
+            .record("live answers unchanged by the second compaction", live_compacted);
+        println!(
+            "  replay(receipt) -> SnapshotNotFound: {replay_refused}; open_snapshot -> SnapshotNotFound: {open_refused}; live answers unchanged: {live_compacted}"
+        );
+        Ok(())
+    }
+
+    /// The store's figures, and a verify that reads every record back.
+    fn stats_and_verify(&mut self, store: &Store) -> Fallible<()> {
+        let after_stats = store.stats();
+        println!(
+            "stats: {} items, {} versions, {} segment(s), {} on disk, index ~{:.0} B per version (estimate)",
+            after_stats.items,
+            after_stats.versions,
+            after_stats.segments,
+            human_bytes(after_stats.bytes_on_disk),
+            after_stats.index_bytes_per_item
+        );
+        let started = Instant::now();
+        let report = store.verify().context("verifying")?;
+        self.checks.record("verify finds no problem", report.is_ok());
+        println!(
+            "verify: {} segment(s), {} frames, {} records checked (CRC + SHA-256), {} checkpoint(s) decoded, in {}: {} problem(s)",
+            report.segments_checked,
+            report.frames_checked,
+            report.records_checked,
+            report.checkpoints_checked,
+            ms(started.elapsed()),
+            report.problems.len()
+        );
+        for problem in report.problems.iter().take(3) {
+            println!("  {} @ {}: {}", problem.file.display(), problem.offset, problem.reason);
+        }
+        Ok(())
+    }
+
+    /// The verdict: success if every check passed, else the list of those that failed.
+    fn finish(self) -> Fallible<()> {
+        let checks = &self.checks.0;
+        let failed: Vec<&str> = checks.iter().filter(|(_, ok)| !ok).map(|(what, _)| *what).collect();
+        if failed.is_empty() {
+            println!(
+                "all {} checks passed; the store is left at {}",
+                checks.len(),
+                self.dir.display()
+            );
+            Ok(())
+        } else {
+            Err(format!("demo checks failed: {}", failed.join("; ")))
+        }
+    }
+}
+
+/// Writes the bulk items in batches, and prints how many of each type went in and how long it took.
+fn bulk_write(store: &Store) -> Fallible<()> {
+    let mut rng = Rng(0x00C7_7106);
+    let mut clauses = 0u64;
+    let items: Vec<ContextItem> = (0..BULK_ITEMS).map(|n| bulk_item(n, &mut rng, &mut clauses)).collect();
+    let mut per_type = std::collections::BTreeMap::<String, usize>::new();
+    for item in &items {
+        *per_type.entry(item.kind.clone()).or_default() += 1;
+    }
+    let (mut added, mut unchanged, mut batches) = (0usize, 0usize, 0usize);
+    let started = Instant::now();
+    for chunk in items.chunks(BATCH_ITEMS) {
+        for outcome in store.add(chunk.iter().cloned()).context("adding a batch")? {
+            match outcome {
+                AddOutcome::Added { .. } => added += 1,
+                _ => unchanged += 1,
+            }
+        }
+        batches += 1;
+    }
+    let elapsed = started.elapsed();
+    println!(
+        "add: {BULK_ITEMS} items in {batches} batches of {BATCH_ITEMS}, sessions s1..s{SESSIONS}: {added} added, {unchanged} unchanged in {} ({} per batch)",
+        ms(elapsed),
+        ms(elapsed / u32::try_from(batches.max(1)).unwrap_or(1))
+    );
+    let mix: Vec<String> = per_type.iter().map(|(kind, count)| format!("{kind} {count}")).collect();
+    println!("  types: {}", mix.join(", "));
+    Ok(())
+}
+
+/// Adds version 2 of `clause`, with amended text.
+fn add_amended_clause(store: &Store, clause: &ContextItem) -> Fallible<()> {
+    let mut amended = ContextItem::new(
+        clause.id.clone(),
+        "legal_clause",
+        clause.content.clone(),
+        clause.source.clone(),
+        DEMO_NOW,
+        "2",
+        clause.scope.clone(),
+    );
+    if let Value::Object(fields) = &mut amended.content {
+        fields.insert(
+            "text".into(),
+            json!("Amended: termination on thirty (30) days' written notice."),
+        );
+    }
+    store.add([amended]).context("adding a new version of a clause")?;
+    Ok(())
+}
+
+/// Version 2 of the first `REVISED` chunks, with revised text.
+fn revised_chunks(chunks: &[ContextItem]) -> Vec<ContextItem> {
+    chunks
         .iter()
         .take(REVISED)
         .map(|item| {
@@ -607,8 +934,12 @@ fn demo(dir: Option<PathBuf>) -> Fallible<()> {
                 Scope::GlobalReadonly,
             )
         })
-        .collect();
-    let late: Vec<ContextItem> = (0..LATE)
+        .collect()
+}
+
+/// `LATE` new chunks whose timestamps fall in the query window, five minutes apart.
+fn late_chunks() -> Vec<ContextItem> {
+    (0..LATE)
         .map(|n| {
             ContextItem::new(
                 format!("dc_late_{n:02}"),
@@ -620,169 +951,5 @@ fn demo(dir: Option<PathBuf>) -> Fallible<()> {
                 Scope::GlobalReadonly,
             )
         })
-        .collect();
-    let started = Instant::now();
-    store.add(revisions).context("adding new versions")?;
-    store.add(late).context("adding late chunks")?;
-    let existed = store.delete(&deleted.id).context("deleting")?;
-    clock.advance(7 * DAY);
-    println!(
-        "then: {REVISED} chunks at v2, {LATE} late chunks, delete {} ({existed}), clock +7 d (profiles have a 7 d TTL), in {}",
-        deleted.id,
-        ms(started.elapsed())
-    );
-
-    let snap_get = snap.get(&chunks_query).context("snapshot get")?;
-    let snap_resolve = snap.resolve(&snap_refs).context("snapshot resolve")?;
-    let unchanged = (to_json(&snap_get)?, to_json(&snap_resolve)?) == before;
-    checks.record("snapshot answers unchanged", unchanged);
-    println!(
-        "  snapshot: get {} chunks; resolve -> {}; unchanged: {unchanged}",
-        snap_get.len(),
-        describe_all(&snap_resolve)
-    );
-    let live_get = store.get(&chunks_query).context("live get")?;
-    let live_resolve = store.resolve(&snap_refs).context("live resolve")?;
-    let at_v2 = live_get.iter().filter(|item| item.version == "2").count();
-    let changed = to_json(&live_get)? != before.0 && to_json(&live_resolve)? != before.1;
-    checks.record("live answers changed", changed);
-    println!(
-        "  live:     get {} chunks ({at_v2} at v2); resolve -> {}; changed: {changed}",
-        live_get.len(),
-        describe_all(&live_resolve)
-    );
-    drop(snap);
-
-    // Compact with the pin held: the pin alone keeps what the snapshot sees.
-    let report = store.compact().context("compacting")?;
-    print_compaction("compact (pin held)", &report);
-    let kept = store
-        .snapshots()
-        .into_iter()
-        .find(|info| info.name == PIN)
-        .map_or(0, |info| info.bytes_kept);
-    let opened = store.open_snapshot(PIN).context("opening the pinned snapshot")?;
-    let after_compaction = snapshot_answers(&opened, &chunks_query, &snap_refs)?;
-    drop(opened);
-    let pin_answers_kept = (&after_compaction.0, &after_compaction.1) == (&before.0, &before.1);
-    let pin_digest_kept = after_compaction.2 == digest;
-    checks.record("pinned answers unchanged by compaction", pin_answers_kept);
-    checks.record("pinned digest unchanged by compaction", pin_digest_kept);
-    let live_compacted = to_json(&store.get(&chunks_query).context("live get")?)? == to_json(&live_get)?;
-    checks.record("live answers unchanged by compaction", live_compacted);
-    println!(
-        "  pin {PIN} keeps {} the live state no longer needs; its answers unchanged: {pin_answers_kept}, digest unchanged: {pin_digest_kept}; live answers unchanged: {live_compacted}",
-        human_bytes(kept)
-    );
-
-    // Reopen.
-    let before_stats = store.stats();
-    let live_before = to_json(&live_get)?;
-    drop(store);
-    let started = Instant::now();
-    let store = Options::new()
-        .clock(clock.clone())
-        .auto_compact(false)
-        .open(&dir)
-        .context("reopening the store")?;
-    let reopen = started.elapsed();
-    let after_stats = store.stats();
-    let live_after = to_json(&store.get(&chunks_query).context("get after reopen")?)?;
-    let counts_match = (before_stats.items, before_stats.versions, before_stats.seq)
-        == (after_stats.items, after_stats.versions, after_stats.seq);
-    let answers_match = live_before == live_after;
-    checks.record("counts match after reopen", counts_match);
-    checks.record("answers match after reopen", answers_match);
-    let recovery = &after_stats.recovery;
-    // The clean close wrote a checkpoint as of the last sequence number.
-    let from_checkpoint = recovery.checkpoint_seq == Some(before_stats.seq) && recovery.checkpoint_rejected.is_none();
-    checks.record("reopen starts from the checkpoint written at close", from_checkpoint);
-    let checkpoint_seq = recovery
-        .checkpoint_seq
-        .map_or_else(|| "none".to_owned(), |seq| seq.to_string());
-    println!(
-        "reopen: {} from checkpoint at seq {checkpoint_seq} (recovery {} ms; replayed {} frames, {} records after it; {} segment(s) opened, {} torn bytes cut)",
-        ms(reopen),
-        recovery.millis,
-        recovery.frames,
-        recovery.records,
-        recovery.segments,
-        recovery.truncated_bytes
-    );
-    if let Some(reason) = &recovery.checkpoint_rejected {
-        println!("  checkpoint rejected: {reason}");
-    }
-    println!("  counts match: {counts_match}; answers match: {answers_match}");
-
-    // The pinned snapshot and the receipt after the restart.
-    let opened = store.open_snapshot(PIN).context("opening the pinned snapshot")?;
-    let reopened = snapshot_answers(&opened, &chunks_query, &snap_refs)?;
-    drop(opened);
-    let identical = (&reopened.0, &reopened.1) == (&before.0, &before.1);
-    let same_digest = reopened.2 == digest;
-    checks.record("open_snapshot answers identical after reopen", identical);
-    checks.record("open_snapshot digest identical after reopen", same_digest);
-    let replayed = store.replay(&receipt).context("replaying the receipt")?;
-    let replay_same = to_json(&replayed)? == before.1;
-    checks.record("replay of the receipt gives the same answers", replay_same);
-    println!(
-        "  open_snapshot({PIN}): answers byte-identical: {identical}, digest identical: {same_digest}; replay(receipt) -> {}; same: {replay_same}",
-        describe_all(&replayed)
-    );
-
-    // Unpin, compact again: what only the pin kept goes.
-    let unpinned = store.unpin_snapshot(PIN).context("unpinning")?;
-    let report = store.compact().context("compacting")?;
-    let reclaimed = report.bytes_after < report.bytes_before;
-    checks.record("unpin then compact reclaims space", unpinned && reclaimed);
-    print_compaction(&format!("unpin {PIN} ({unpinned}), compact"), &report);
-    let replay_refused = matches!(store.replay(&receipt), Err(Error::SnapshotNotFound { .. }));
-    let open_refused = matches!(store.open_snapshot(PIN), Err(Error::SnapshotNotFound { .. }));
-    checks.record(
-        "replay and open_snapshot refused after unpin",
-        replay_refused && open_refused,
-    );
-    let live_compacted = to_json(&store.get(&chunks_query).context("live get")?)? == live_before;
-    checks.record("live answers unchanged by the second compaction", live_compacted);
-    println!(
-        "  replay(receipt) -> SnapshotNotFound: {replay_refused}; open_snapshot -> SnapshotNotFound: {open_refused}; live answers unchanged: {live_compacted}"
-    );
-
-    // Stats and verify.
-    let after_stats = store.stats();
-    println!(
-        "stats: {} items, {} versions, {} segment(s), {} on disk, index ~{:.0} B per version (estimate)",
-        after_stats.items,
-        after_stats.versions,
-        after_stats.segments,
-        human_bytes(after_stats.bytes_on_disk),
-        after_stats.index_bytes_per_item
-    );
-    let started = Instant::now();
-    let report = store.verify().context("verifying")?;
-    checks.record("verify finds no problem", report.is_ok());
-    println!(
-        "verify: {} segment(s), {} frames, {} records checked (CRC + SHA-256), {} checkpoint(s) decoded, in {}: {} problem(s)",
-        report.segments_checked,
-        report.frames_checked,
-        report.records_checked,
-        report.checkpoints_checked,
-        ms(started.elapsed()),
-        report.problems.len()
-    );
-    for problem in report.problems.iter().take(3) {
-        println!("  {} @ {}: {}", problem.file.display(), problem.offset, problem.reason);
-    }
-
-    let failed: Vec<&str> = checks.0.iter().filter(|(_, ok)| !ok).map(|(what, _)| *what).collect();
-    if failed.is_empty() {
-        println!(
-            "all {} checks passed; the store is left at {}",
-            checks.0.len(),
-            dir.display()
-        );
-        Ok(())
-    } else {
-        Err(format!("demo checks failed: {}", failed.join("; ")))
-    }
+        .collect()
 }
