@@ -336,16 +336,6 @@ impl Index {
     }
 }
 
-impl<'a> From<&'a Scope> for ScopeView<'a> {
-    fn from(scope: &'a Scope) -> Self {
-        match scope {
-            Scope::Session(id) => ScopeView::Session(id),
-            Scope::GlobalReadonly => ScopeView::GlobalReadonly,
-            Scope::GlobalWritable => ScopeView::GlobalWritable,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use crate::index::tests::{put, HERE};

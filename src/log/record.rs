@@ -206,6 +206,16 @@ pub(crate) enum ScopeView<'a> {
     GlobalWritable,
 }
 
+impl<'a> From<&'a Scope> for ScopeView<'a> {
+    fn from(scope: &'a Scope) -> Self {
+        match scope {
+            Scope::Session(id) => ScopeView::Session(id),
+            Scope::GlobalReadonly => ScopeView::GlobalReadonly,
+            Scope::GlobalWritable => ScopeView::GlobalWritable,
+        }
+    }
+}
+
 impl ScopeView<'_> {
     pub(crate) fn to_scope(self) -> Scope {
         match self {
