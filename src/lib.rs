@@ -33,9 +33,13 @@
 #[cfg(feature = "testing")]
 #[doc(hidden)]
 pub mod bench;
-mod checkpoint;
+mod checkpoint {
+    // BRIDGE: old path, removed after the merge
+    pub(crate) use crate::engine::checkpoint::{decode, is_older_format, list, write, write_streamed, SegmentMark};
+}
 mod clock;
 mod compaction;
+mod engine;
 mod error;
 #[cfg(feature = "testing")]
 #[doc(hidden)]
