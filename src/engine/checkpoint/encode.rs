@@ -217,9 +217,9 @@ fn put_versions(body: &mut impl Sink, index: &Index, kept_known: Option<u32>) ->
     kept
 }
 
-/// The id names as the name arena holds them (front-coded, see [`NameArena`]): the shared and
-/// stored lengths of each id's name, then the chunks of stored parts (each at most
-/// [`crate::index::NAME_CHUNK`] bytes), copied whole.
+/// The id names as the name arena holds them (front-coded, see
+/// [`NameArena`](crate::index::NameArena)): the shared and stored lengths of each id's name, then
+/// the chunks of stored parts (each at most [`crate::index::NAME_CHUNK`] bytes), copied whole.
 pub(super) fn put_names(body: &mut impl Sink, index: &Index) {
     let (parts, chunks) = index.name_arena().parts_and_chunks();
     for part in parts {

@@ -176,10 +176,10 @@ pub(crate) fn write(shared: &Shared, sync_log: bool) -> Result<u64> {
     Ok(seq)
 }
 
-/// Writes a checkpoint of the index as it is now, as [`write`] does but streamed to its file in
-/// steps of [`STREAM_STEP`] bytes, under the index's read lock: for a store that is closing, whose
-/// log is synced and which no writer uses any more. Its memory is bounded by the step instead of
-/// the checkpoint's size.
+/// Writes a checkpoint of the index as it is now, as [`write`](fn@write) does but streamed to its
+/// file in steps of [`STREAM_STEP`] bytes, under the index's read lock: for a store that is closing,
+/// whose log is synced and which no writer uses any more. Its memory is bounded by the step instead
+/// of the checkpoint's size.
 pub(crate) fn write_streamed(shared: &Shared) -> Result<u64> {
     let storage = &*shared.storage;
     let (seq, len) = with_published_index(shared, |index, marks| {

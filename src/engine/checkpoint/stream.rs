@@ -15,7 +15,7 @@ pub(super) const STREAM_STEP: usize = 1 << 20;
 
 /// A checkpoint on its way to its file in steps of about `step` bytes, with the CRC of all it
 /// wrote. The first failed write is kept, and nothing is written after it.
-struct Stream<'a> {
+pub(super) struct Stream<'a> {
     file: &'a mut dyn StorageFile,
     step: usize,
     buffer: Vec<u8>,
@@ -72,10 +72,10 @@ impl Sink for Stream<'_> {
 }
 
 /// Writes the checkpoint of `index` over `segments` to a new file at `tmp`, synced, in steps of
-/// `step` bytes: the same bytes as [`encode`] without a buffer of the checkpoint's size (tens of
-/// megabytes for a store of a few hundred thousand items). The body is encoded twice, first only
-/// to count its bytes, which the header gives before it. Returns the file's length and its longest
-/// write.
+/// `step` bytes: the same bytes as [`write`](fn@super::write) encodes into a buffer, without a
+/// buffer of the checkpoint's size (tens of megabytes for a store of a few hundred thousand
+/// items). The body is encoded twice, first only to count its bytes, which the header gives before
+/// it. Returns the file's length and its longest write.
 pub(super) fn stream(
     storage: &dyn Storage,
     tmp: &Path,

@@ -296,8 +296,8 @@ impl<'a> BatchPlan<'a> {
         Ok(())
     }
 
-    /// Operation `position`, a pin of snapshot `name` (at `seq`, taken at `taken_at`, by `session`):
-    /// refused if the name is pinned already.
+    /// Operation `position`, a pin of snapshot `name` (at `seq`, taken at `taken_at`, by
+    /// `session`): refused if the name is pinned already.
     fn pin(&mut self, position: usize, name: &str, seq: u64, taken_at: i64, session: Option<&str>) -> Result<()> {
         let pinned = is_pinned(self.index, self.group, &self.batch, name);
         if pinned {
