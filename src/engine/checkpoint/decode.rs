@@ -9,27 +9,11 @@ use crate::index::{IdTable, Index, Interner, KeySet, NameArena, PinInfo};
 use crate::item::{Scope, TypeRegistry, TypeSpec};
 use crate::log::record::{Cursor, DecodeError};
 
-use super::versions::{assemble, derive_sets, join, Bounds, VersionRows};
+use super::versions::{assemble, derive_sets, join, le_u32, Bounds, VersionRows};
 use super::{Loaded, SegmentMark, CHECKPOINT_HEADER_BYTES, CHECKPOINT_MAGIC, CHECKPOINT_VERSION, VERSION_BYTES};
 
 /// The interned types, scopes and sources, in their numbers' order.
 type Tables = (Interner<Box<str>>, Interner<Scope>, Interner<Box<str>>);
-
-#[inline]
-pub(super) fn le_u64(bytes: &[u8], at: usize) -> u64 {
-    bytes
-        .get(at..at + 8)
-        .and_then(|b| b.try_into().ok())
-        .map_or(0, u64::from_le_bytes)
-}
-
-#[inline]
-pub(super) fn le_u32(bytes: &[u8], at: usize) -> u32 {
-    bytes
-        .get(at..at + 4)
-        .and_then(|b| b.try_into().ok())
-        .map_or(0, u32::from_le_bytes)
-}
 
 /// What a cursor's error says.
 #[inline]

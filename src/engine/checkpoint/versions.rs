@@ -4,8 +4,23 @@
 
 use crate::index::{KeySet, Location, Rare, VersionEntry, VersionState, VersionTable, CHUNK, SEQ_OPEN};
 
-use super::decode::{le_u32, le_u64};
 use super::{STATE_RETIRED, STATE_STORED, VERSION_BYTES};
+
+#[inline]
+fn le_u64(bytes: &[u8], at: usize) -> u64 {
+    bytes
+        .get(at..at + 8)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u64::from_le_bytes)
+}
+
+#[inline]
+pub(super) fn le_u32(bytes: &[u8], at: usize) -> u32 {
+    bytes
+        .get(at..at + 4)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u32::from_le_bytes)
+}
 
 /// What a version table entry must agree with.
 pub(super) struct Bounds<'a> {
