@@ -33,7 +33,10 @@
 #[cfg(feature = "testing")]
 #[doc(hidden)]
 pub mod bench;
-mod checkpoint;
+mod checkpoint {
+    // BRIDGE: old path, removed after the merge
+    pub(crate) use crate::engine::checkpoint::{decode, is_older_format, list, write, write_streamed, SegmentMark};
+}
 mod clock;
 mod engine;
 mod error;

@@ -12,13 +12,15 @@
 //! | 28     | 4     | CRC-32 of bytes 0..28                           |
 //!
 //! Every byte comes through the [`Storage`] seam; sealed segments are read as [`SharedBytes`] (a
-//! mapping of the file with the file backend).
+//! mapping of the file with the file backend). The segment being appended to is an
+//! [`ActiveSegment`], made by [`create_segment`] (or by recovery, from the newest segment found).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::storage::{SharedBytes, Storage, StorageFile};
+use crate::storage::{sync_dir, SharedBytes, Storage, StorageFile};
 
 /// The magic bytes that open every segment.
 pub(crate) const SEGMENT_MAGIC: [u8; 8] = *b"CTXLOGSG";
@@ -318,6 +320,53 @@ impl Segment {
     }
 }
 
+/// The segment being appended to.
+pub(crate) struct ActiveSegment {
+    pub(crate) file: Box<dyn StorageFile>,
+    pub(crate) number: u32,
+    /// Bytes written (and, once published, readable).
+    pub(crate) len: u64,
+    /// The file's length: `len` plus the zeros allocated ahead of the appends.
+    pub(crate) allocated: u64,
+    /// Where the written part of the file ends: the appended bytes, and the zeros written ahead of
+    /// them ([`Allocation::Zeroed`](crate::storage::Allocation::Zeroed)); past it, up to
+    /// `allocated`, blocks are only reserved.
+    pub(crate) zeroed: u64,
+    /// Where the space made ready for the next appends ([`StorageFile::prepare`]) ends.
+    pub(crate) prepared: u64,
+    pub(crate) segment: Arc<Segment>,
+}
+
+/// Creates segment `number` whose first frame will carry `base_seq`: header written and synced, and
+/// the directory synced so that the file survives a crash.
+pub(crate) fn create_segment(storage: &dyn Storage, dir: &Path, number: u32, base_seq: u64) -> Result<ActiveSegment> {
+    let path = dir.join(segment_file_name(number));
+    let mut file = storage
+        .create_new(&path)
+        .map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
+    let header = SegmentHeader {
+        number,
+        base_seq,
+        rewrites: 0,
+    }
+    .encode();
+    file.append(&header)
+        .map_err(|e| Error::io(format!("writing the header of {}", path.display()), e))?;
+    file.sync_all()
+        .map_err(|e| Error::io(format!("syncing {}", path.display()), e))?;
+    sync_dir(storage, dir)?;
+    let segment = Arc::new(Segment::open(storage, &path, false, SEGMENT_HEADER_BYTES as u64)?);
+    Ok(ActiveSegment {
+        file,
+        number,
+        len: SEGMENT_HEADER_BYTES as u64,
+        allocated: SEGMENT_HEADER_BYTES as u64,
+        zeroed: SEGMENT_HEADER_BYTES as u64,
+        prepared: SEGMENT_HEADER_BYTES as u64,
+        segment,
+    })
+}
+
 /// Reads a whole segment for recovery or verification.
 pub(crate) fn read_whole(storage: &dyn Storage, path: &Path) -> Result<Vec<u8>> {
     storage
@@ -355,12 +404,10 @@ mod tests {
         assert_eq!(parse_segment_file_name("00000012.seg.tmp"), None);
     }
 
-    use crate::log::writer::create_segment;
     use crate::storage::{FileStorage, SimDisk};
-    use std::sync::Arc;
 
     /// Appends `bytes` to the active segment and publishes them, as the writer thread does.
-    fn publish(active: &mut crate::log::writer::ActiveSegment, bytes: &[u8]) -> u64 {
+    fn publish(active: &mut ActiveSegment, bytes: &[u8]) -> u64 {
         active.file.append(bytes).expect("append");
         active.len += bytes.len() as u64;
         active.segment.set_published_len(active.len);
