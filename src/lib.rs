@@ -45,7 +45,12 @@ mod item;
 pub mod limits;
 mod log;
 mod parallel;
-mod query;
+// BRIDGE: old path, removed after the merge
+mod query {
+    pub(crate) use crate::read::query::{ContextQuery, QueryStats};
+    pub(crate) use crate::read::view::{scope_visible, scope_writable};
+}
+mod read;
 mod recovery;
 mod snapshot;
 #[cfg(feature = "sim-disk")]
@@ -59,8 +64,8 @@ pub use crate::clock::{Clock, ManualClock, SystemClock};
 pub use crate::compaction::CompactionReport;
 pub use crate::error::{Error, Result};
 pub use crate::item::{canonical_json, ContextItem, Scope, TypeSpec};
-pub use crate::query::{ContextQuery, IndexUsed, QueryStats};
+pub use crate::read::{ContextQuery, IndexUsed, QueryStats, RawItem, RawResolution, Resolution};
 pub use crate::recovery::RecoveryStats;
-pub use crate::snapshot::{RawItem, RawResolution, Receipt, ReceiptAnswer, Resolution, Snapshot, SnapshotInfo};
+pub use crate::snapshot::{Receipt, ReceiptAnswer, Snapshot, SnapshotInfo};
 pub use crate::store::{AddOutcome, Durability, Options, Problem, SessionView, Stats, Store, VerifyReport};
 pub use crate::time::{format_rfc3339, TimeRange};
