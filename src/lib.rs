@@ -48,7 +48,12 @@ mod item;
 pub mod limits;
 mod log;
 mod parallel;
-mod query;
+// BRIDGE: old path, removed after the merge
+mod query {
+    pub(crate) use crate::read::query::{ContextQuery, QueryStats};
+    pub(crate) use crate::read::view::{scope_visible, scope_writable};
+}
+mod read;
 // Used by bench and fuzzing only.
 #[cfg(feature = "testing")]
 mod recovery {
@@ -68,7 +73,7 @@ pub use crate::engine::compaction::CompactionReport;
 pub use crate::engine::recovery::RecoveryStats;
 pub use crate::error::{Error, Result};
 pub use crate::item::{canonical_json, ContextItem, Scope, TypeSpec};
-pub use crate::query::{ContextQuery, IndexUsed, QueryStats};
-pub use crate::snapshot::{RawItem, RawResolution, Receipt, ReceiptAnswer, Resolution, Snapshot, SnapshotInfo};
+pub use crate::read::{ContextQuery, IndexUsed, QueryStats, RawItem, RawResolution, Resolution};
+pub use crate::snapshot::{Receipt, ReceiptAnswer, Snapshot, SnapshotInfo};
 pub use crate::store::{AddOutcome, Durability, Options, Problem, SessionView, Stats, Store, VerifyReport};
 pub use crate::time::{format_rfc3339, TimeRange};

@@ -1,14 +1,23 @@
-//! Queries: the [`ContextQuery`] builder, the planner that picks the most selective index, and the
-//! walk that checks visibility and filters in `(timestamp, id)` order.
+//! Queries: the public [`ContextQuery`] builder, [`IndexUsed`] and [`QueryStats`], the filters on
+//! what only a record holds (confidence, content), and running a plan (`read::plan`): the merged
+//! walk of its sets in `(timestamp, id)` order, and the reads of the records it picks, under the
+//! index lock or after it on several threads.
 
 use std::cmp::Ordering;
 use std::iter::Peekable;
+use std::ops::Deref;
 
 use serde_json::Value;
 
 use crate::error::{Error, Result};
-use crate::index::{Index, KeySet, Keys, NameBuf, VersionEntry};
-use crate::item::Scope;
+use crate::index::{Index, Keys, Location, NameBuf, VersionEntry};
+use crate::item::{ContextItem, Scope};
+use crate::log::record::{DecodeError, PutView};
+use crate::read::answer::RawItem;
+use crate::read::plan::{self, Plan};
+use crate::read::record::{item_of, json_of, touch_records, with_record, Finish, Held, Located, TOUCH_AHEAD};
+use crate::read::runs::Reader;
+use crate::read::view::View;
 use crate::time::TimeRange;
 
 /// What to read: every filter is optional and they all must hold. Built with chained setters.
@@ -138,30 +147,6 @@ pub struct QueryStats {
     pub returned: u64,
 }
 
-/// The reader's restrictions: which sequence number, what time, which session.
-pub(crate) struct ViewBounds<'a> {
-    pub(crate) seq: u64,
-    pub(crate) now: i64,
-    pub(crate) session: Option<&'a str>,
-}
-
-/// Whether a reader restricted to `session` may see `scope`.
-pub(crate) fn scope_visible(scope: &Scope, session: Option<&str>) -> bool {
-    match (scope, session) {
-        (Scope::Session(owner), Some(reader)) => owner == reader,
-        _ => true,
-    }
-}
-
-/// Whether a session view of `session` may write `scope`: its own session's, or `GlobalWritable`.
-pub(crate) fn scope_writable(scope: &Scope, session: &str) -> bool {
-    match scope {
-        Scope::Session(owner) => owner == session,
-        Scope::GlobalWritable => true,
-        Scope::GlobalReadonly => false,
-    }
-}
-
 fn lookup<'v>(content: &'v Value, path: &str) -> Option<&'v Value> {
     if let Some(value) = content.get(path) {
         return Some(value);
@@ -169,28 +154,56 @@ fn lookup<'v>(content: &'v Value, path: &str) -> Option<&'v Value> {
     path.split('.').try_fold(content, |value, key| value.get(key))
 }
 
-fn check_query(index: &Index, query: &ContextQuery) -> Result<()> {
-    let known = index.registry.known();
-    for kind in query.types.iter().flatten() {
-        if !known.iter().any(|k| k == kind) {
-            return Err(Error::UnknownType {
-                kind: kind.clone(),
-                known,
-                index: None,
-            });
-        }
+/// Whether an item with `confidence` passes the query's `min_confidence` (items without one pass).
+#[inline]
+pub(crate) fn confidence_passes(query: &ContextQuery, confidence: Option<f64>) -> bool {
+    match (query.min_confidence, confidence) {
+        (Some(min), Some(confidence)) => confidence.partial_cmp(&min) != Some(Ordering::Less),
+        _ => true,
     }
-    if let Some(min) = query.min_confidence {
-        if min.is_nan() {
-            return Err(Error::invalid("min_confidence", "must be a number, not NaN"));
-        }
+}
+
+/// Whether the query has filters on content (`content_eq`).
+#[inline]
+pub(crate) fn filters_content(query: &ContextQuery) -> bool {
+    !query.content_eq.is_empty()
+}
+
+/// Whether `content` passes every `content_eq` filter of the query.
+pub(crate) fn content_passes(query: &ContextQuery, content: &Value) -> bool {
+    query
+        .content_eq
+        .iter()
+        .all(|(path, value)| lookup(content, path) == Some(value))
+}
+
+/// What a parsed read ([`Snapshot::get`](crate::Snapshot::get)) makes of each put record: its
+/// item, if its content passes the query's content filter.
+pub(crate) fn finish_item(
+    query: &ContextQuery,
+) -> impl Fn(&mut Vec<u8>, &PutView<'_>) -> Result<Option<ContextItem>, DecodeError> + Sync + '_ {
+    move |scratch: &mut Vec<u8>, put: &PutView<'_>| {
+        let item = item_of(put, scratch)?;
+        Ok(content_passes(query, &item.content).then_some(item))
     }
-    for (path, _) in &query.content_eq {
-        if path.is_empty() || path.split('.').any(str::is_empty) {
-            return Err(Error::invalid("content_eq", format!("path {path:?} has an empty key")));
-        }
+}
+
+/// What a raw read ([`Snapshot::get_raw`](crate::Snapshot::get_raw)) makes of each put record:
+/// its JSON, if its content passes the query's content filter (parsed only when there is one).
+pub(crate) fn finish_raw(
+    query: &ContextQuery,
+) -> impl Fn(&mut Vec<u8>, &PutView<'_>) -> Result<Option<RawItem>, DecodeError> + Sync + '_ {
+    let filters_content = filters_content(query);
+    move |_: &mut Vec<u8>, put: &PutView<'_>| {
+        json_of(put, |_, content| {
+            if !filters_content {
+                return Ok(true);
+            }
+            let content: Value =
+                serde_json::from_slice(content).map_err(|e| DecodeError(format!("stored content is not JSON: {e}")))?;
+            Ok(content_passes(query, &content))
+        })
     }
-    Ok(())
 }
 
 /// Walks several ordered sets as one, in timestamp order (or its reverse).
@@ -226,143 +239,37 @@ impl Iterator for Merge<'_> {
     }
 }
 
-fn range_of<'a>(index: &'a Index, set: &'a KeySet, range: Option<TimeRange>, reverse: bool) -> Keys<'a> {
-    let (start, end) = range.map_or((i64::MIN, i64::MAX), |r| (r.start(), r.end()));
-    set.range(&index.slots, start, end, reverse)
-}
-
-/// Whether an item with `confidence` passes the query's `min_confidence` (items without one pass).
-pub(crate) fn confidence_passes(query: &ContextQuery, confidence: Option<f64>) -> bool {
-    match (query.min_confidence, confidence) {
-        (Some(min), Some(confidence)) => confidence.partial_cmp(&min) != Some(Ordering::Less),
-        _ => true,
-    }
-}
-
-/// Whether the query has filters on content (`content_eq`).
-pub(crate) fn filters_content(query: &ContextQuery) -> bool {
-    !query.content_eq.is_empty()
-}
-
-/// Whether `content` passes every `content_eq` filter of the query.
-pub(crate) fn content_passes(query: &ContextQuery, content: &Value) -> bool {
-    query
-        .content_eq
-        .iter()
-        .all(|(path, value)| lookup(content, path) == Some(value))
-}
-
-/// Runs `query` against `index` as a view with `bounds` sees it. `fetch` reads a version's item and
-/// applies the filters on what only the record holds (`min_confidence`, `content_eq`: see
-/// [`confidence_passes`], [`content_passes`]); `None` leaves the item out.
+/// Plans `query` ([`plan::plan`]) and runs the plan ([`run_plan`]).
 pub(crate) fn run<T>(
     index: &Index,
     query: &ContextQuery,
-    bounds: &ViewBounds<'_>,
+    view: &View<'_>,
     fetch: &dyn Fn(&VersionEntry) -> Result<Option<T>>,
 ) -> Result<(Vec<T>, QueryStats)> {
-    check_query(index, query)?;
-    let empty = |index_used| {
-        Ok((
-            Vec::new(),
-            QueryStats {
-                index: index_used,
-                examined: 0,
-                returned: 0,
-            },
-        ))
-    };
+    let plan = plan::plan(index, query, view)?;
+    run_plan(index, &plan, view, fetch)
+}
 
-    // Interned filters. A value never interned matches nothing.
-    let kinds: Option<Vec<u16>> = query.types.as_ref().map(|types| {
-        types
-            .iter()
-            .filter_map(|kind| index.kinds.get(kind.as_str()))
-            .filter_map(|id| u16::try_from(id).ok())
-            .collect()
-    });
-    let allowed_scopes: Option<Vec<u32>> = match (&query.scopes, bounds.session) {
-        (None, None) => None,
-        (asked, session) => {
-            let candidates: Vec<Scope> = match asked {
-                Some(scopes) => scopes.clone(),
-                None => session
-                    .map(|id| {
-                        vec![
-                            Scope::Session(id.to_owned()),
-                            Scope::GlobalReadonly,
-                            Scope::GlobalWritable,
-                        ]
-                    })
-                    .unwrap_or_default(),
-            };
-            let mut ids: Vec<u32> = candidates
-                .iter()
-                .filter(|scope| scope_visible(scope, session))
-                .filter_map(|scope| index.scopes.get(scope))
-                .collect();
-            ids.sort_unstable();
-            ids.dedup();
-            Some(ids)
-        }
-    };
-    let sources: Option<Vec<u32>> = query.sources.as_ref().map(|sources| {
-        sources
-            .iter()
-            .filter_map(|source| index.sources.get(source.as_str()))
-            .collect()
-    });
-    if query.limit == Some(0) {
-        return empty(IndexUsed::Time);
-    }
-
-    // Plan: the candidate set with the fewest entries. With a time range every option shrinks by
-    // about the same share, so total sizes rank them.
-    let set_len = |sets: &[&KeySet]| sets.iter().map(|set| set.len()).sum::<usize>();
-    let mut plans: Vec<(IndexUsed, Vec<&KeySet>)> = Vec::new();
-    if let Some(kinds) = &kinds {
-        plans.push((
-            IndexUsed::Type,
-            kinds
-                .iter()
-                .filter_map(|k| index.by_type.get(usize::from(*k)))
-                .collect(),
-        ));
-    }
-    if let Some(scopes) = &allowed_scopes {
-        let sets = scopes
-            .iter()
-            .filter_map(|s| index.by_scope.get(usize::try_from(*s).ok()?))
-            .collect();
-        plans.push((IndexUsed::Scope, sets));
-    }
-    plans.push((IndexUsed::Time, vec![&index.by_time]));
-    let Some((index_used, sets)) = plans.into_iter().min_by_key(|(_, sets)| set_len(sets)) else {
-        return empty(IndexUsed::Time);
-    };
-
-    let reverse = query.newest_first;
+/// Runs `plan` against `index` as `view` sees it: walks its sets merged in timestamp order, keeps
+/// the versions the view sees live that pass the plan's filters, and hands each timestamp's to
+/// [`emit`]. `fetch` reads a version's item and applies the filters on what only the record holds
+/// (`min_confidence`, `content_eq`: see [`confidence_passes`], [`content_passes`]); `None` leaves
+/// the item out.
+pub(crate) fn run_plan<T>(
+    index: &Index,
+    plan: &Plan<'_>,
+    view: &View<'_>,
+    fetch: &dyn Fn(&VersionEntry) -> Result<Option<T>>,
+) -> Result<(Vec<T>, QueryStats)> {
     let merged = Merge {
-        inputs: sets
+        inputs: plan
+            .sets
             .iter()
-            .map(|set| range_of(index, set, query.time_range, reverse).peekable())
+            .map(|set| set.range(&index.slots, plan.start, plan.end, plan.reverse).peekable())
             .collect(),
-        reverse,
+        reverse: plan.reverse,
     };
-
-    let limit = query.limit.unwrap_or(usize::MAX);
-    // A session view counts only the entries of the scopes it may see: its stats must not tell it
-    // how many items other sessions hold in the sets it walks.
-    let counted_scopes: Option<Vec<u32>> = bounds.session.map(|session| {
-        [
-            Scope::Session(session.to_owned()),
-            Scope::GlobalReadonly,
-            Scope::GlobalWritable,
-        ]
-        .iter()
-        .filter_map(|scope| index.scopes.get(scope))
-        .collect()
-    });
+    let limit = plan.limit;
     let mut out = Vec::new();
     let mut examined = 0u64;
     let mut group: Vec<VersionEntry> = Vec::new();
@@ -372,14 +279,15 @@ pub(crate) fn run<T>(
         let next = merged.next();
         if let Some((timestamp, slot)) = next {
             let version = index.slot(slot);
-            if counted_scopes
+            if plan
+                .counted_scopes
                 .as_ref()
                 .is_none_or(|counted| version.is_some_and(|version| counted.contains(&version.scope)))
             {
                 examined += 1;
             }
             if group_timestamp.is_some_and(|t| t != timestamp) {
-                emit(index, query, &mut group, fetch, &mut out, limit)?;
+                emit(index, plan.reverse, &mut group, fetch, &mut out, limit)?;
                 if out.len() >= limit {
                     break;
                 }
@@ -389,21 +297,12 @@ pub(crate) fn run<T>(
                 continue;
             };
             // Compaction unlinks reclaimed versions from the sets a little after reclaiming them.
-            let passes = version.is_stored()
-                && index.visible_at(&version, bounds.seq)
-                && !index.expired_at(&version, bounds.now)
-                && kinds.as_ref().is_none_or(|kinds| kinds.contains(&version.kind()))
-                && allowed_scopes
-                    .as_ref()
-                    .is_none_or(|scopes| scopes.contains(&version.scope))
-                && sources
-                    .as_ref()
-                    .is_none_or(|sources| sources.contains(&index.source_of(&version)));
+            let passes = version.is_stored() && view.sees_live(index, &version) && plan.filters.pass(index, &version);
             if passes {
                 group.push(version);
             }
         } else {
-            emit(index, query, &mut group, fetch, &mut out, limit)?;
+            emit(index, plan.reverse, &mut group, fetch, &mut out, limit)?;
             break;
         }
     }
@@ -411,18 +310,18 @@ pub(crate) fn run<T>(
     Ok((
         out,
         QueryStats {
-            index: index_used,
+            index: plan.index_used,
             examined,
             returned,
         },
     ))
 }
 
-/// Orders one timestamp's candidates by id, reads them (`fetch` applies the content filters), and
-/// appends them to `out` up to `limit`.
+/// Orders one timestamp's candidates by id (descending when `reverse`), reads them (`fetch`
+/// applies the content filters), and appends them to `out` up to `limit`.
 fn emit<T>(
     index: &Index,
-    query: &ContextQuery,
+    reverse: bool,
     group: &mut Vec<VersionEntry>,
     fetch: &dyn Fn(&VersionEntry) -> Result<Option<T>>,
     out: &mut Vec<T>,
@@ -442,7 +341,7 @@ fn emit<T>(
             .collect();
         keyed.sort_unstable_by(|(a, _), (b, _)| {
             let order = names.get(a.clone()).cmp(&names.get(b.clone()));
-            if query.newest_first {
+            if reverse {
                 order.reverse()
             } else {
                 order
@@ -459,6 +358,93 @@ fn emit<T>(
         }
     }
     Ok(())
+}
+
+/// Runs `query` at `view` over `index`, the index read lock's guard, on `reader`'s threads. Under
+/// the lock it walks the index and finds and checks each candidate's record, filtering on
+/// confidence, which the record's header holds; after releasing the lock it turns each into an
+/// item with `finish`, which also applies the content filter (`None`: filtered out), on up to
+/// `reader.threads` threads when there are many (`finish` gets each thread's scratch buffer). A
+/// query with both a limit and a content filter reads its items under the lock: which candidates
+/// fill the limit is known only once they are read. `walked` is told how many entries the walk
+/// examined once it is done, before the items are read.
+pub(crate) fn run_query<T: Send>(
+    reader: &Reader<'_>,
+    index: impl Deref<Target = Index>,
+    view: &View<'_>,
+    query: &ContextQuery,
+    finish: &Finish<'_, Option<T>>,
+    walked: impl FnOnce(u64),
+) -> Result<(Vec<T>, QueryStats)> {
+    if query.limit.is_some() && filters_content(query) {
+        let result = read_under_lock(&index, view, query, finish)?;
+        walked(result.1.examined);
+        return Ok(result);
+    }
+    let (mut found, mut stats) = find_records(reader, &index, view, query)?;
+    let mut held = Held::default();
+    for located in &mut found {
+        held.hold(&index, located);
+    }
+    drop(index);
+    walked(stats.examined);
+    let items = reader.in_runs(&mut found, &|scratch: &mut Vec<u8>, located| {
+        Ok(located.finish(&held, |put| finish(scratch, put))?)
+    })?;
+    let items: Vec<T> = items.into_iter().flatten().collect();
+    stats.returned = items.len() as u64;
+    Ok((items, stats))
+}
+
+/// Runs `query`, reading each candidate's item with `finish` as the walk picks it, under the lock.
+fn read_under_lock<T>(
+    index: &Index,
+    view: &View<'_>,
+    query: &ContextQuery,
+    finish: &Finish<'_, Option<T>>,
+) -> Result<(Vec<T>, QueryStats)> {
+    let scratch = std::cell::RefCell::new(Vec::new());
+    let fetch = |version: &VersionEntry| {
+        with_record(index, version, None, |put| {
+            if confidence_passes(query, put.confidence) {
+                finish(&mut scratch.borrow_mut(), put)
+            } else {
+                Ok(None)
+            }
+        })
+        .map_err(Error::from)
+    };
+    run(index, query, view, &fetch)
+}
+
+/// Runs `query`, finding and checking the record of each candidate that passes its confidence
+/// filter, under the lock: the records to read once it is released.
+fn find_records(
+    reader: &Reader<'_>,
+    index: &Index,
+    view: &View<'_>,
+    query: &ContextQuery,
+) -> Result<(Vec<Located>, QueryStats)> {
+    if query.limit.is_some() && query.min_confidence.is_some() {
+        // Which candidates fill the limit is known only once their records are read.
+        let fetch = |version: &VersionEntry| -> Result<Option<Located>> {
+            let located = Located::find(index, version, None)?;
+            Ok(confidence_passes(query, located.confidence).then_some(located))
+        };
+        return run(index, query, view, &fetch);
+    }
+    // Every candidate the walk picks is read: the walk only collects them, and their records are
+    // found and checked afterwards, still under the lock, on up to `reader.threads` threads.
+    let (mut candidates, stats) = run(index, query, view, &|version| Ok(Some(*version)))?;
+    let locations: Vec<Location> = candidates.iter().map(|version| version.location).collect();
+    let found: Vec<Option<Located>> = reader.in_runs_at(&mut candidates, &|(): &mut (), at, version| {
+        if at % TOUCH_AHEAD == 0 {
+            touch_records(index, locations.get(at..).unwrap_or_default().iter().take(TOUCH_AHEAD));
+        }
+        let located = Located::find(index, version, None)?;
+        Ok(confidence_passes(query, located.confidence).then_some(located))
+    })?;
+    Ok((found.into_iter().flatten().collect(), stats))
 }
 
 #[cfg(test)]
@@ -501,13 +487,5 @@ mod tests {
         .map(|(t, _)| t)
         .collect();
         assert_eq!(backward, vec![10, 9, 5, 5, 2, 1]);
-    }
-
-    #[test]
-    fn sessions_see_only_their_own_session_scope() {
-        assert!(scope_visible(&Scope::Session("a".into()), Some("a")));
-        assert!(!scope_visible(&Scope::Session("b".into()), Some("a")));
-        assert!(scope_visible(&Scope::GlobalReadonly, Some("a")));
-        assert!(scope_visible(&Scope::Session("b".into()), None));
     }
 }
