@@ -9,7 +9,7 @@ use crate::item::{ContextItem, TypeRegistry};
 use crate::limits::CONTENT_BYTES_DEFAULT;
 use crate::log::put::validate_item;
 use crate::log::record::{decode_batch, read_frame, BatchEncoder, PutView, RecordView};
-use crate::recovery::location_of;
+use crate::engine::recovery::location_of;
 use crate::store::Store;
 
 /// Writes a checkpoint of `store` now, as its maintenance thread does once enough log has been

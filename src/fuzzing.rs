@@ -12,12 +12,12 @@
 
 pub mod stateful;
 
-use crate::checkpoint;
+use crate::engine::checkpoint;
 use crate::log::record::{
     decode_batch, decode_record, read_frame, RecordView, FRAME_HEADER_BYTES, RECORD_HEADER_BYTES,
 };
 use crate::log::segment::{SegmentHeader, SEGMENT_HEADER_BYTES};
-use crate::recovery::{scan_frames, ScanEnd};
+use crate::engine::recovery::{scan_frames, ScanEnd};
 
 fn le_u32(bytes: &[u8], at: usize) -> Option<u32> {
     let end = at.checked_add(4)?;

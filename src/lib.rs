@@ -33,10 +33,6 @@
 #[cfg(feature = "testing")]
 #[doc(hidden)]
 pub mod bench;
-mod checkpoint {
-    // BRIDGE: old path, removed after the merge
-    pub(crate) use crate::engine::checkpoint::{decode, is_older_format, list, write, write_streamed, SegmentMark};
-}
 mod clock;
 mod engine;
 mod error;
@@ -48,18 +44,7 @@ mod item;
 pub mod limits;
 mod log;
 mod parallel;
-// BRIDGE: old path, removed after the merge
-mod query {
-    pub(crate) use crate::read::query::{ContextQuery, QueryStats};
-    pub(crate) use crate::read::view::{scope_visible, scope_writable};
-}
 mod read;
-// Used by bench and fuzzing only.
-#[cfg(feature = "testing")]
-mod recovery {
-    // BRIDGE: old path, removed after the merge
-    pub(crate) use crate::engine::recovery::*;
-}
 mod snapshot;
 #[cfg(feature = "sim-disk")]
 pub mod storage;

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
-use crate::checkpoint;
+use crate::engine::checkpoint;
 use crate::engine::compaction::{self, CompactionReport};
 use crate::engine::shared::Shared;
 use crate::error::{Error, Result};

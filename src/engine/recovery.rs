@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::checkpoint::{self, SegmentMark};
+use crate::engine::checkpoint::{self, SegmentMark};
 use crate::error::{Error, Result};
 use crate::index::{Index, Location, PinInfo};
 use crate::item::TypeSpec;
@@ -25,7 +25,7 @@ use crate::log::record::{
 use crate::log::segment::{
     parse_segment_file_name, read_whole, segment_file_name, Segment, SegmentHeader, SEGMENT_HEADER_BYTES,
 };
-use crate::log::writer::{create_segment, ActiveSegment};
+use crate::log::segment::{create_segment, ActiveSegment};
 use crate::storage::{sync_dir, SharedBytes, Storage};
 
 /// What opening found and did.
@@ -175,7 +175,7 @@ fn stored_twice(index: &Index, segment: u32, bytes: &[u8], id: &str, version: &s
         .filter(|entry| entry.version_tag() == tag)
         .any(|entry| {
             if entry.location.segment != segment {
-                return crate::snapshot::read_identity(index, &entry).is_ok_and(|(found, _)| found == version);
+                return crate::read::record::read_identity(index, &entry).is_ok_and(|(found, _)| found == version);
             }
             let start = usize::try_from(entry.location.offset).unwrap_or(usize::MAX);
             let end = start.saturating_add(usize::try_from(entry.location.len).unwrap_or(usize::MAX));

@@ -15,7 +15,7 @@ use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::index::Index;
 use crate::item::TypeRegistry;
-use crate::log::writer::{poll_then_recv, Answer, Command, Op, OpOutcome};
+use crate::engine::writer::{poll_then_recv, Answer, Command, Op, OpOutcome};
 use crate::storage::Storage;
 
 /// One handle at `seq` less in the registry of live snapshot handles.

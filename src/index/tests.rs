@@ -38,7 +38,7 @@ fn a_sealed_segment_counts_as_published_once_the_frames_before_the_next_one_are(
     let mut index = Index::default();
     // Segment 1 holds frames 1..=4; segment 2 starts at frame 5 and is the active one.
     for (number, base_seq) in [(1, 1), (2, 5)] {
-        let made = crate::log::writer::create_segment(&disk, dir, number, base_seq).expect("segment");
+        let made = crate::log::segment::create_segment(&disk, dir, number, base_seq).expect("segment");
         index.segments.insert(number, Arc::clone(&made.segment));
     }
     index.seq = 3;

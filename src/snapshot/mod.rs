@@ -10,24 +10,20 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 use crate::index::Index;
 use crate::item::{validate_name, ContextItem};
-use crate::log::writer::Op;
+use crate::engine::writer::Op;
 use crate::read::answer;
 use crate::read::query::{self, run_query, ContextQuery, QueryStats};
 use crate::read::record::Finish;
 use crate::read::resolve::{self, parse_references, Answer};
 use crate::read::runs::Reader;
 use crate::read::view::View;
-use crate::store::Shared;
+use crate::engine::shared::Shared;
 
 pub(crate) mod receipts;
 
 pub(crate) use receipts::replay;
 pub use receipts::{Receipt, ReceiptAnswer};
 
-// BRIDGE: old path, removed after the merge
-pub(crate) use crate::read::answer::{RawItem, RawResolution, Resolution};
-// BRIDGE: old path, removed after the merge
-pub(crate) use crate::read::record::{read_identity, read_item, ReadFailure};
 
 /// Keeps compaction from reclaiming what a live snapshot handle sees, until the last clone drops.
 struct Registration {

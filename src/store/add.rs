@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::item::ContextItem;
 use crate::limits::{BATCH_ITEMS_MAX, PARALLEL_ADD_ITEMS_MIN};
 use crate::log::put::{validate_item, ValidItem};
-use crate::log::writer::{Answer, Op, OpOutcome};
+use crate::engine::writer::{Answer, Op, OpOutcome};
 use crate::store::session::check_session_scope;
 use crate::store::{AddOutcome, Store};
 

@@ -19,16 +19,18 @@ use std::time::Instant;
 
 use crossbeam_channel::Sender;
 
-use crate::checkpoint;
+use crate::engine::checkpoint;
 use crate::engine::compaction::{self, CompactionReport};
 use crate::engine::maintenance::{compact_and_mark, start_maintenance};
 use crate::engine::recovery::{recover, RecoveryStats};
 use crate::engine::shared::{Garbage, Writing};
 use crate::error::{Error, Result};
 use crate::item::{validate_name, ContextItem, TypeRegistry, TypeSpec};
-use crate::log::writer::{ActiveSegment, Command, Op, OpOutcome, SyncHelpers, Writer};
-use crate::query::{ContextQuery, QueryStats};
-use crate::snapshot::{RawItem, RawResolution, Receipt, Resolution, Snapshot, SnapshotInfo};
+use crate::engine::writer::{Command, Op, OpOutcome, SyncHelpers, Writer};
+use crate::log::segment::ActiveSegment;
+use crate::read::query::{ContextQuery, QueryStats};
+use crate::read::answer::{RawItem, RawResolution, Resolution};
+use crate::snapshot::{Receipt, Snapshot, SnapshotInfo};
 use crate::storage::{DirLock, Storage};
 
 pub use self::options::{Durability, Options};
@@ -36,9 +38,6 @@ pub use self::outcome::AddOutcome;
 pub use self::session::SessionView;
 pub use self::stats::Stats;
 pub use self::verify::{Problem, VerifyReport};
-
-// BRIDGE: old path, removed after the merge
-pub(crate) use crate::engine::shared::Shared;
 
 struct StoreInner {
     shared: Arc<crate::engine::shared::Shared>,

@@ -5,8 +5,10 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::item::{ContextItem, Scope};
-use crate::query::{scope_writable, ContextQuery, QueryStats};
-use crate::snapshot::{RawItem, RawResolution, Resolution, Snapshot};
+use crate::read::query::{ContextQuery, QueryStats};
+use crate::read::view::scope_writable;
+use crate::read::answer::{RawItem, RawResolution, Resolution};
+use crate::snapshot::Snapshot;
 use crate::store::{AddOutcome, Store};
 
 /// `PermissionDenied` unless `session` may write to `scope`.

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use crate::checkpoint;
+use crate::engine::checkpoint;
 use crate::engine::recovery::{next_base_seq, scan_frames, ScanEnd};
 use crate::error::{Error, Result};
 use crate::item::content_hash;
@@ -125,9 +125,9 @@ impl Store {
                 .filter(|v| v.is_stored() && index.visible_at(v, pin.seq))
             {
                 if let Err(
-                    crate::snapshot::ReadFailure::Damaged(Error::Corrupt { file, offset, reason })
-                    | crate::snapshot::ReadFailure::Io(Error::Corrupt { file, offset, reason }),
-                ) = crate::snapshot::read_item(&index, &version)
+                    crate::read::record::ReadFailure::Damaged(Error::Corrupt { file, offset, reason })
+                    | crate::read::record::ReadFailure::Io(Error::Corrupt { file, offset, reason }),
+                ) = crate::read::record::read_item(&index, &version)
                 {
                     report.problems.push(Problem {
                         file,

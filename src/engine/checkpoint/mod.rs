@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use crate::error::{Error, Result};
 use crate::index::Index;
 use crate::storage::{append_prepared, sync_dir, Storage};
-use crate::store::Shared;
+use crate::engine::shared::Shared;
 
 pub(crate) use decode::{decode, is_older_format};
 use encode::{body_capacity, encode_body_into, seal_in_place};

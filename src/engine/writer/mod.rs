@@ -31,7 +31,8 @@ use crate::item::TypeSpec;
 use crate::log::put::ValidItem;
 use crate::log::record::BatchEncoder;
 use crate::log::segment::{ActiveSegment, SEGMENT_HEADER_BYTES};
-use crate::store::{Durability, Shared};
+use crate::engine::shared::Shared;
+use crate::store::Durability;
 
 pub(crate) use sync::{poll_then_recv, SyncHelpers};
 

@@ -8,7 +8,7 @@ use crate::index::{FastMap, Index};
 use crate::item::{format_hash, Scope, TypeRegistry, TypeSpec};
 use crate::log::put::ValidItem;
 use crate::log::record::BatchEncoder;
-use crate::query::{scope_visible, scope_writable};
+use crate::read::view::{scope_visible, scope_writable};
 
 use super::{Command, EncodedBatch, Group, Op, OpOutcome, RecordSpan, Staged, Writer};
 
@@ -391,7 +391,7 @@ fn existing_hash(
         if entry.version_tag() != crate::index::version_tag(version) {
             continue;
         }
-        let (found, hash) = crate::snapshot::read_identity(index, &entry).map_err(Error::from)?;
+        let (found, hash) = crate::read::record::read_identity(index, &entry).map_err(Error::from)?;
         if found == version {
             let scope = if entry.is_stored() {
                 index.scopes.value(entry.scope)

@@ -5,7 +5,7 @@
 use crate::index::{Index, Location, PinInfo, Unpublished};
 use crate::item::TypeRegistry;
 use crate::log::record::{PutView, ScopeView};
-use crate::store::Shared;
+use crate::engine::shared::Shared;
 
 use super::{Op, Staged, Writer};
 

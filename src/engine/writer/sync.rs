@@ -9,7 +9,7 @@ use std::time::Instant;
 use crossbeam_channel::{Receiver, Sender};
 
 use crate::error::{Error, Result};
-use crate::store::Shared;
+use crate::engine::shared::Shared;
 
 use super::publish::{apply_unpublished, written_puts};
 use super::{Op, Staged, Writer};
