@@ -3,13 +3,13 @@
 //! around it; and a checkpoint on demand, for `examples/checkpoint_stalls.rs`. Not part of the API
 //! (hidden from the docs); the public paths are benchmarked through `Store`.
 
+use crate::engine::recovery::location_of;
 use crate::error::{Error, Result};
 use crate::index::{Index, Location};
 use crate::item::{ContextItem, TypeRegistry};
 use crate::limits::CONTENT_BYTES_DEFAULT;
 use crate::log::put::validate_item;
 use crate::log::record::{decode_batch, read_frame, BatchEncoder, PutView, RecordView};
-use crate::engine::recovery::location_of;
 use crate::store::Store;
 
 /// Writes a checkpoint of `store` now, as its maintenance thread does once enough log has been

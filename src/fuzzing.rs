@@ -13,11 +13,11 @@
 pub mod stateful;
 
 use crate::engine::checkpoint;
+use crate::engine::recovery::{scan_frames, ScanEnd};
 use crate::log::record::{
     decode_batch, decode_record, read_frame, RecordView, FRAME_HEADER_BYTES, RECORD_HEADER_BYTES,
 };
 use crate::log::segment::{SegmentHeader, SEGMENT_HEADER_BYTES};
-use crate::engine::recovery::{scan_frames, ScanEnd};
 
 fn le_u32(bytes: &[u8], at: usize) -> Option<u32> {
     let end = at.checked_add(4)?;

@@ -110,15 +110,30 @@ fn is_ident_char(c: char) -> bool {
 /// The paths (as segment lists, `crate::` left off) that `code` names: `crate::a::b::C` gives
 /// `[a, b, C]`; `crate::{a::B, c}` gives `[a, B]` and `[c]`.
 fn crate_paths(code: &str) -> Vec<Vec<String>> {
+    paths_after(code, "crate::", &[])
+}
+
+/// The paths `code` names from the crate root: `crate::` paths, and `super::` paths resolved from
+/// `module` (the module of the file `code` comes from).
+fn module_paths(code: &str, module: &[String]) -> Vec<Vec<String>> {
+    let mut paths = crate_paths(code);
+    let parent = module.get(..module.len().saturating_sub(1)).unwrap_or_default();
+    paths.extend(paths_after(code, "super::", parent));
+    paths
+}
+
+/// The paths that follow each `marker` in `code` (not inside a longer name or path), each
+/// prefixed with `prefix`.
+fn paths_after(code: &str, marker: &str, prefix: &[String]) -> Vec<Vec<String>> {
     let mut paths = Vec::new();
     let mut rest = code;
-    while let Some(at) = rest.find("crate::") {
+    while let Some(at) = rest.find(marker) {
         let before = rest.get(..at).and_then(|b| b.chars().last());
-        rest = rest.get(at + "crate::".len()..).unwrap_or_default();
-        if before.is_some_and(is_ident_char) {
-            continue; // `$crate::`, `my_crate::`
+        rest = rest.get(at + marker.len()..).unwrap_or_default();
+        if before.is_some_and(|c| is_ident_char(c) || c == ':') {
+            continue; // `$crate::`, `my_crate::`, `super::super::`
         }
-        parse_path(rest, Vec::new(), &mut paths);
+        parse_path(rest, prefix.to_vec(), &mut paths);
     }
     paths
 }
@@ -195,7 +210,7 @@ fn modules_import_only_their_own_layer_or_below_and_never_in_a_circle() {
             ));
             continue;
         };
-        for path in crate_paths(&library_code(&file.text)) {
+        for path in module_paths(&library_code(&file.text), &file.module) {
             let Some(target) = path.first() else { continue };
             if target == top {
                 // Inside one top-level module: the folder's files must not import each other in a circle.

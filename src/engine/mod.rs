@@ -4,6 +4,7 @@
 //! serves the public facade (`store`, `snapshot`) above it.
 
 pub(crate) mod checkpoint;
+pub(crate) mod commands;
 pub(crate) mod compaction;
 pub(crate) mod maintenance;
 pub(crate) mod recovery;

@@ -22,10 +22,10 @@ use crate::log::record::{
     decode_batch, decode_record, frame_sync_mark, read_frame, FrameError, RecordView, FRAME_HEADER_BYTES,
     FRAME_KIND_BATCH,
 };
+use crate::log::segment::{create_segment, ActiveSegment};
 use crate::log::segment::{
     parse_segment_file_name, read_whole, segment_file_name, Segment, SegmentHeader, SEGMENT_HEADER_BYTES,
 };
-use crate::log::segment::{create_segment, ActiveSegment};
 use crate::storage::{sync_dir, SharedBytes, Storage};
 
 /// What opening found and did.

@@ -12,10 +12,10 @@ use std::time::Duration;
 use crossbeam_channel::Sender;
 
 use crate::clock::Clock;
+use crate::engine::commands::{poll_then_recv, Answer, Command, Op, OpOutcome};
 use crate::error::{Error, Result};
 use crate::index::Index;
 use crate::item::TypeRegistry;
-use crate::engine::writer::{poll_then_recv, Answer, Command, Op, OpOutcome};
 use crate::storage::Storage;
 
 /// One handle at `seq` less in the registry of live snapshot handles.

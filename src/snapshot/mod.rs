@@ -7,23 +7,22 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+use crate::engine::commands::Op;
+use crate::engine::shared::Shared;
 use crate::error::{Error, Result};
 use crate::index::Index;
 use crate::item::{validate_name, ContextItem};
-use crate::engine::writer::Op;
 use crate::read::answer;
 use crate::read::query::{self, run_query, ContextQuery, QueryStats};
 use crate::read::record::Finish;
 use crate::read::resolve::{self, parse_references, Answer};
 use crate::read::runs::Reader;
 use crate::read::view::View;
-use crate::engine::shared::Shared;
 
 pub(crate) mod receipts;
 
 pub(crate) use receipts::replay;
 pub use receipts::{Receipt, ReceiptAnswer};
-
 
 /// Keeps compaction from reclaiming what a live snapshot handle sees, until the last clone drops.
 struct Registration {

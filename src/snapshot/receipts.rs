@@ -7,12 +7,12 @@ use std::sync::Arc;
 use serde::Serialize;
 use sha2::Digest;
 
+use crate::engine::shared::Shared;
 use crate::error::{Error, Result};
 use crate::item::{canonical_json, format_hash};
 use crate::read::answer::Resolution;
 use crate::read::query::ContextQuery;
 use crate::snapshot::Snapshot;
-use crate::engine::shared::Shared;
 
 /// Proof of what a resolve answered: the snapshot and, for each reference, the (id, version, hash)
 /// of the answer. [`crate::Store::replay`] turns it back into the identical answers while the

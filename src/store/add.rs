@@ -5,12 +5,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::engine::commands::{Answer, Op, OpOutcome};
 use crate::engine::shared::{Garbage, Shared, Writing, LEFTOVER_ITEMS_MAX, QUICK_ADD_ITEMS};
 use crate::error::{Error, Result};
 use crate::item::ContextItem;
 use crate::limits::{BATCH_ITEMS_MAX, PARALLEL_ADD_ITEMS_MIN};
 use crate::log::put::{validate_item, ValidItem};
-use crate::engine::writer::{Answer, Op, OpOutcome};
 use crate::store::session::check_session_scope;
 use crate::store::{AddOutcome, Store};
 

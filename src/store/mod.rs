@@ -20,24 +20,26 @@ use std::time::Instant;
 use crossbeam_channel::Sender;
 
 use crate::engine::checkpoint;
+use crate::engine::commands::{Command, Op, OpOutcome};
 use crate::engine::compaction::{self, CompactionReport};
 use crate::engine::maintenance::{compact_and_mark, start_maintenance};
 use crate::engine::recovery::{recover, RecoveryStats};
 use crate::engine::shared::{Garbage, Writing};
+use crate::engine::writer::{SyncHelpers, Writer};
 use crate::error::{Error, Result};
 use crate::item::{validate_name, ContextItem, TypeRegistry, TypeSpec};
-use crate::engine::writer::{Command, Op, OpOutcome, SyncHelpers, Writer};
 use crate::log::segment::ActiveSegment;
-use crate::read::query::{ContextQuery, QueryStats};
 use crate::read::answer::{RawItem, RawResolution, Resolution};
+use crate::read::query::{ContextQuery, QueryStats};
 use crate::snapshot::{Receipt, Snapshot, SnapshotInfo};
 use crate::storage::{DirLock, Storage};
 
-pub use self::options::{Durability, Options};
+pub use self::options::Options;
 pub use self::outcome::AddOutcome;
 pub use self::session::SessionView;
 pub use self::stats::Stats;
 pub use self::verify::{Problem, VerifyReport};
+pub use crate::engine::commands::Durability;
 
 struct StoreInner {
     shared: Arc<crate::engine::shared::Shared>,

@@ -1,11 +1,11 @@
-//! [`Options`] and [`Durability`]: the settings a store is opened with, each checked against its
+//! [`Options`]: the settings a store is opened with, each checked against its
 //! limits when the store opens.
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::clock::{Clock, SystemClock};
+use crate::engine::commands::Durability;
 use crate::error::{Error, Result};
 use crate::limits::{
     ADD_THREADS_DEFAULT_MAX, ADD_THREADS_MAX, CHECKPOINT_EVERY_BYTES_DEFAULT, CHECKPOINT_EVERY_BYTES_MAX,
@@ -14,20 +14,6 @@ use crate::limits::{
 };
 use crate::storage::{FileStorage, Storage};
 use crate::store::Store;
-
-/// When `add` may return relative to the fsync of its batch.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Durability {
-    /// `add` returns only after its batch is fsynced. Concurrent writers share one fsync (group
-    /// commit). The default.
-    Immediate,
-    /// Batches are visible once written; the writer fsyncs at most every `Duration`, so a power loss
-    /// may lose the batches of the last period.
-    Periodic(Duration),
-    /// Batches are visible once written; syncing is left to the operating system (and to
-    /// [`Store::flush`], segment sealing and close).
-    Never,
-}
 
 /// Settings for opening a store. Every setter states its default.
 #[derive(Clone)]

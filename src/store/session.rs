@@ -5,9 +5,9 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::item::{ContextItem, Scope};
+use crate::read::answer::{RawItem, RawResolution, Resolution};
 use crate::read::query::{ContextQuery, QueryStats};
 use crate::read::view::scope_writable;
-use crate::read::answer::{RawItem, RawResolution, Resolution};
 use crate::snapshot::Snapshot;
 use crate::store::{AddOutcome, Store};
 

@@ -19,10 +19,10 @@ mod versions;
 
 use std::path::{Path, PathBuf};
 
+use crate::engine::shared::Shared;
 use crate::error::{Error, Result};
 use crate::index::Index;
 use crate::storage::{append_prepared, sync_dir, Storage};
-use crate::engine::shared::Shared;
 
 pub(crate) use decode::{decode, is_older_format};
 use encode::{body_capacity, encode_body_into, seal_in_place};

@@ -26,15 +26,13 @@ use std::time::Instant;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
+use crate::engine::commands::{poll_then_recv, Answer, Command, Durability, Op, OpOutcome};
+use crate::engine::shared::Shared;
 use crate::error::{Error, Result};
-use crate::item::TypeSpec;
-use crate::log::put::ValidItem;
 use crate::log::record::BatchEncoder;
 use crate::log::segment::{ActiveSegment, SEGMENT_HEADER_BYTES};
-use crate::engine::shared::Shared;
-use crate::store::Durability;
 
-pub(crate) use sync::{poll_then_recv, SyncHelpers};
+pub(crate) use sync::SyncHelpers;
 
 /// Bytes of waiting batches one group takes at most before it is written.
 const GROUP_BYTES_MAX: usize = 64 << 20;
@@ -47,61 +45,6 @@ const GROUP_RECHECK: std::time::Duration = std::time::Duration::from_micros(20);
 /// How long the writer thread polls for the next command after a group of one write: its writer
 /// usually sends the next batch within microseconds of its answer.
 const LONE_POLL: std::time::Duration = std::time::Duration::from_micros(100);
-
-/// One operation of a batch.
-#[allow(
-    clippy::large_enum_variant,
-    reason = "nearly every operation is a put; boxing would cost an allocation per item"
-)]
-pub(crate) enum Op {
-    Put(ValidItem),
-    Delete(String),
-    RegisterType(TypeSpec),
-    Pin {
-        name: String,
-        seq: u64,
-        taken_at: i64,
-        session: Option<Arc<str>>,
-    },
-    Unpin(String),
-}
-
-/// What one operation did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum OpOutcome {
-    Added { seq: u64 },
-    Unchanged,
-    Deleted(bool),
-    Registered(bool),
-    Pinned,
-    Unpinned(bool),
-}
-
-/// What the writer thread answers a write: each operation's outcome, and the operations themselves,
-/// handed back so that the caller takes the ids and versions it reports without copying them, and
-/// frees the items on its own thread.
-pub(crate) struct Answer {
-    pub(crate) outcomes: Vec<OpOutcome>,
-    pub(crate) ops: Vec<Op>,
-}
-
-/// What the writer thread is asked to do.
-pub(crate) enum Command {
-    Write {
-        ops: Vec<Op>,
-        /// The session view the batch comes from (`None`: the store itself).
-        session: Option<Arc<str>>,
-        reply: Sender<Result<Answer>>,
-    },
-    Flush {
-        reply: Sender<Result<()>>,
-    },
-    /// Seal the active segment if it holds any frame, so that compaction may rewrite it; answers
-    /// whether it did.
-    Rotate {
-        reply: Sender<Result<bool>>,
-    },
-}
 
 /// Where one operation's record lies in its batch's frame. Operations that write nothing (an
 /// unchanged item, a delete of an id without history, a known type) have none.

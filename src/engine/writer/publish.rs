@@ -2,10 +2,10 @@
 //! or during it, unpublished, for a bulk group), then the index's sequence number and the active
 //! segment's readable length moved past them, so that new views see them.
 
+use crate::engine::shared::Shared;
 use crate::index::{Index, Location, PinInfo, Unpublished};
 use crate::item::TypeRegistry;
 use crate::log::record::{PutView, ScopeView};
-use crate::engine::shared::Shared;
 
 use super::{Op, Staged, Writer};
 

@@ -8,47 +8,16 @@ use std::time::Instant;
 
 use crossbeam_channel::{Receiver, Sender};
 
-use crate::error::{Error, Result};
 use crate::engine::shared::Shared;
+use crate::error::{Error, Result};
 
 use super::publish::{apply_unpublished, written_puts};
-use super::{Op, Staged, Writer};
+use super::{Staged, Writer};
+use crate::engine::commands::Op;
 
 /// Puts in a group from which its index insert runs during its fsync rather than after it: below,
 /// the insert takes less time than starting the thread that syncs (~20 us).
 const APPLY_DURING_SYNC_PUTS: usize = 256;
-
-/// A yield that took longer than this means other work wanted the core: polling then costs more
-/// than it saves.
-const SLOW_YIELD: std::time::Duration = std::time::Duration::from_micros(50);
-
-/// The next message on `channel`: polled for up to `poll`, yielding the core between polls, then
-/// waited for. Polling also stops after `slow_yields` yields slower than [`SLOW_YIELD`]. Both the
-/// writer thread (for commands) and writers (for answers) wait this way: a scheduler wake-up costs
-/// about 40 us here, a quarter of a durable add on a fast disk.
-pub(crate) fn poll_then_recv<T>(
-    channel: &Receiver<T>,
-    poll: std::time::Duration,
-    slow_yields: u32,
-) -> std::result::Result<T, crossbeam_channel::RecvError> {
-    let deadline = Instant::now() + poll;
-    let mut slow = 0;
-    loop {
-        match channel.try_recv() {
-            Ok(message) => return Ok(message),
-            Err(crossbeam_channel::TryRecvError::Disconnected) => return Err(crossbeam_channel::RecvError),
-            Err(crossbeam_channel::TryRecvError::Empty) => {}
-        }
-        let before = Instant::now();
-        if before >= deadline || slow >= slow_yields {
-            return channel.recv();
-        }
-        std::thread::yield_now();
-        if before.elapsed() > SLOW_YIELD {
-            slow += 1;
-        }
-    }
-}
 
 /// Work for one of the writer's kept helper threads, and what it gives back.
 type HelperJob<T> = Box<dyn FnOnce() -> T + Send>;
