@@ -5,7 +5,7 @@
 //!
 //! - [`view`]: visibility (sequence number, clock time, session): TTL and scope are judged there.
 //! - [`plan`]: the planner, a function from a query to a plan.
-//! - [`query`]: the public query types and filters, and running a plan.
+//! - [`query`]: the public query types and filters; [`walk`]: running a plan.
 //! - [`record`]: checked record reads (CRC, SHA-256, identity).
 //! - [`resolve`]: resolving references; [`answer`]: the public answer types.
 //! - [`runs`]: reading many items on several threads.
@@ -17,6 +17,7 @@ pub(crate) mod record;
 pub(crate) mod resolve;
 pub(crate) mod runs;
 pub(crate) mod view;
+pub(crate) mod walk;
 
 pub use answer::{RawItem, RawResolution, Resolution};
 pub use query::{ContextQuery, IndexUsed, QueryStats};

@@ -1,6 +1,6 @@
 //! Reading many items on several threads: a read's [`Reader`] is the worker pool it may borrow
 //! threads from and how many it may use (`Options::read_threads`). It holds no index: a read
-//! releases the index lock part way (see `read::query::run_query`, `read::resolve::resolve`), so
+//! releases the index lock part way (see `read::walk::run_query`, `read::resolve::resolve`), so
 //! the index guard is handed to those functions by value.
 
 use crate::error::Result;

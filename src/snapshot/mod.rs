@@ -13,11 +13,12 @@ use crate::error::{Error, Result};
 use crate::index::Index;
 use crate::item::{validate_name, ContextItem};
 use crate::read::answer;
-use crate::read::query::{self, run_query, ContextQuery, QueryStats};
+use crate::read::query::{ContextQuery, QueryStats};
 use crate::read::record::Finish;
 use crate::read::resolve::{self, parse_references, Answer};
 use crate::read::runs::Reader;
 use crate::read::view::View;
+use crate::read::walk::{self, run_query};
 
 pub(crate) mod receipts;
 
@@ -223,7 +224,7 @@ impl Snapshot {
     /// # Errors
     /// As [`Snapshot::get`].
     pub fn get_with_stats(&self, query: &ContextQuery) -> Result<(Vec<ContextItem>, QueryStats)> {
-        self.run_query(query, &query::finish_item(query))
+        self.run_query(query, &walk::finish_item(query))
     }
 
     /// The items [`Snapshot::get`] returns, in the same order, as their JSON
@@ -233,7 +234,7 @@ impl Snapshot {
     /// # Errors
     /// As [`Snapshot::get`].
     pub fn get_raw(&self, query: &ContextQuery) -> Result<Vec<answer::RawItem>> {
-        let (items, _) = self.run_query(query, &query::finish_raw(query))?;
+        let (items, _) = self.run_query(query, &walk::finish_raw(query))?;
         Ok(items)
     }
 
