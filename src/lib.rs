@@ -27,8 +27,6 @@
 //! # }
 //! ```
 #![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing))]
-#![warn(missing_docs)]
-#![deny(unsafe_code)]
 
 #[cfg(feature = "testing")]
 #[doc(hidden)]

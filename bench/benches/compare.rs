@@ -646,6 +646,10 @@ fn dir_bytes(dir: &Path) -> (u64, u64) {
 /// (`CLOCK_PROCESS_CPUTIME_ID`): on a shared machine, the time a phase actually ran, whatever else
 /// was scheduled beside it, and counting every thread an engine works on for it (ctxlog's reads of
 /// many items use helper threads, `Options::read_threads`; other engines' background threads).
+#[allow(
+    unsafe_code,
+    reason = "a libc call with no safe wrapper in the benchmark's dependencies"
+)]
 fn process_cpu_secs() -> f64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime only writes the timespec it is given.
@@ -1033,6 +1037,10 @@ fn disk_limits(dir: &Path, n: u64) -> Res<Value> {
 
     // Cold-ish read: drop the file's clean pages (posix_fadvise DONTNEED) and, as root, the page cache.
     let file = File::open(&path)?;
+    #[allow(
+        unsafe_code,
+        reason = "a libc call with no safe wrapper in the benchmark's dependencies"
+    )]
     {
         use std::os::unix::io::AsRawFd;
         // SAFETY: a plain syscall on an open descriptor.
