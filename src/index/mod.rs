@@ -245,11 +245,6 @@ impl Index {
         self.rare_of(version).expires_at
     }
 
-    /// Whether the version has expired at time `now`.
-    pub(crate) fn expired_at(&self, version: &VersionEntry, now: i64) -> bool {
-        self.expires_at(version) <= now
-    }
-
     /// How many deletes of the version's id came before it: versions of one history share it.
     pub(crate) fn generation(&self, version: &VersionEntry) -> u32 {
         self.rare_of(version).generation

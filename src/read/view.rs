@@ -158,10 +158,6 @@ pub(crate) fn scope_writable(scope: &Scope, session: &str) -> bool {
 /// Whether a reader restricted to `session` may see a version whose stored scope is `scope`:
 /// `None` is a version whose record compaction reclaimed, which keeps no scope
 /// (docs/FORMAT.md, "Retired-version body"): only a reader without a session sees it.
-#[cfg_attr(
-    not(test),
-    expect(dead_code, reason = "the writer's version lookup calls it after the merge")
-)]
 #[inline]
 pub(crate) fn stored_scope_visible(scope: Option<&Scope>, session: Option<&str>) -> bool {
     session.is_none() || scope.is_some_and(|scope| scope_visible(scope, session))
@@ -171,10 +167,6 @@ pub(crate) fn stored_scope_visible(scope: Option<&Scope>, session: Option<&str>)
 /// `index`: if its record is still stored, its scope must be one the session may write
 /// ([`scope_writable`]). A latest version whose record compaction reclaimed holds no content and
 /// keeps no scope: it does not count.
-#[cfg_attr(
-    not(test),
-    expect(dead_code, reason = "the writer's session check calls it after the merge")
-)]
 pub(crate) fn may_write_over(index: &Index, latest: &VersionEntry, session: &str) -> bool {
     !latest.is_stored()
         || index
@@ -188,7 +180,6 @@ pub(crate) fn may_write_over(index: &Index, latest: &VersionEntry, session: &str
 ///
 /// # Errors
 /// `PermissionDenied` for another session's scope or `GlobalReadonly`.
-#[cfg_attr(not(test), expect(dead_code, reason = "the store's add calls it after the merge"))]
 pub(crate) fn check_scope_writable(scope: &Scope, session: &str) -> Result<()> {
     if scope_writable(scope, session) {
         return Ok(());

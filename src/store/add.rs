@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::item::ContextItem;
 use crate::limits::{BATCH_ITEMS_MAX, PARALLEL_ADD_ITEMS_MIN};
 use crate::log::put::{validate_item, ValidItem};
-use crate::store::session::check_session_scope;
+use crate::read::view::check_scope_writable;
 use crate::store::{AddOutcome, Store};
 
 /// How long the free thread waits before it frees a batch's leftovers: the caller's own frees come
@@ -47,7 +47,7 @@ impl Store {
         let mut writing = (batch.len() <= QUICK_ADD_ITEMS).then(|| Writing::enter(&shared.writers));
         let check = |position: usize, item: ContextItem| -> Result<ValidItem> {
             if let Some(session) = session {
-                check_session_scope(&item.scope, session).map_err(|e| e.at(position))?;
+                check_scope_writable(&item.scope, session).map_err(|e| e.at(position))?;
             }
             validate_item(item, &registry, max_content, compress).map_err(|e| e.at(position))
         };

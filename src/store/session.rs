@@ -3,30 +3,12 @@
 
 use std::sync::Arc;
 
-use crate::error::{Error, Result};
-use crate::item::{ContextItem, Scope};
+use crate::error::Result;
+use crate::item::ContextItem;
 use crate::read::answer::{RawItem, RawResolution, Resolution};
 use crate::read::query::{ContextQuery, QueryStats};
-use crate::read::view::scope_writable;
 use crate::snapshot::Snapshot;
 use crate::store::{AddOutcome, Store};
-
-/// `PermissionDenied` unless `session` may write to `scope`.
-pub(super) fn check_session_scope(scope: &Scope, session: &str) -> Result<()> {
-    if scope_writable(scope, session) {
-        return Ok(());
-    }
-    match scope {
-        Scope::Session(_) | Scope::GlobalWritable => Err(Error::PermissionDenied {
-            reason: format!("session {session:?} may not write to another session's scope"),
-            index: None,
-        }),
-        Scope::GlobalReadonly => Err(Error::PermissionDenied {
-            reason: format!("session {session:?} may not write to the global_readonly scope"),
-            index: None,
-        }),
-    }
-}
 
 /// A store seen from one session: it reads its own session's scope and the global ones, and writes
 /// its own scope and `GlobalWritable`. Another session's items resolve as `NotFound`.

@@ -26,6 +26,7 @@ use crate::engine::shared::Shared;
 use crate::error::Result;
 use crate::index::{Index, PurgeCursor, VersionEntry, SEQ_OPEN};
 use crate::log::record::RECORD_HEADER_BYTES;
+use crate::read::view::View;
 use crate::storage::Storage;
 
 /// What a compaction did.
@@ -107,7 +108,7 @@ impl Views {
 
     /// Whether some view can still see `version` whole.
     fn needed(&self, index: &Index, version: &VersionEntry) -> bool {
-        if index.visible_at(version, self.current_seq) && !index.expired_at(version, self.now) {
+        if View::new(self.current_seq, self.now, None).sees_live(index, version) {
             return true;
         }
         // The first snapshot at or after the version's creation is the only one that can matter.

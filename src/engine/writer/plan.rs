@@ -8,7 +8,7 @@ use crate::index::{FastMap, Index};
 use crate::item::{format_hash, Scope, TypeRegistry, TypeSpec};
 use crate::log::put::ValidItem;
 use crate::log::record::BatchEncoder;
-use crate::read::view::{scope_visible, scope_writable};
+use crate::read::view::{may_write_over, scope_writable, stored_scope_visible};
 
 use super::{Command, EncodedBatch, Group, Op, OpOutcome, RecordSpan, Staged, Writer};
 
@@ -373,7 +373,7 @@ fn existing_hash(
     session: Option<&str>,
     unknown: bool,
 ) -> Result<Option<([u8; 32], bool)>> {
-    let visible = |scope: Option<&Scope>| session.is_none() || scope.is_some_and(|scope| scope_visible(scope, session));
+    let visible = |scope: Option<&Scope>| stored_scope_visible(scope, session);
     for overlay in [batch, group] {
         if let Some(pending) = overlay.ids.get(id) {
             if let Some((_, hash, scope)) = pending.versions.iter().find(|(v, _, _)| v == version) {
@@ -427,10 +427,10 @@ fn session_may_write(index: &Index, group: &Overlay, batch: &Overlay, id: &str, 
     if unknown {
         return true;
     }
-    match index.current_history(id).next() {
-        Some(latest) if latest.is_stored() => index.scopes.value(latest.scope).is_some_and(writable),
-        _ => true,
-    }
+    index
+        .current_history(id)
+        .next()
+        .is_none_or(|latest| may_write_over(index, &latest, session))
 }
 
 /// Whether `name` is pinned once the earlier batches of the group and this one are applied.
