@@ -154,9 +154,16 @@ impl ContextItem {
     /// When the item expires: `timestamp + ttl_seconds` (saturating), or `None` without a TTL.
     #[must_use]
     pub fn expires_at(&self) -> Option<i64> {
-        self.ttl_seconds
-            .map(|ttl| self.timestamp.saturating_add(i64::try_from(ttl).unwrap_or(i64::MAX)))
+        expiry(self.timestamp, self.ttl_seconds)
     }
+}
+
+/// When an item of `timestamp` and `ttl_seconds` expires: their sum, saturating (a TTL past the end
+/// of `i64` seconds means never in practice, and is kept as the largest time), or `None` without a
+/// TTL. The one place the expiry is computed, for items and for stored records alike.
+#[inline]
+pub(crate) fn expiry(timestamp: i64, ttl_seconds: Option<u64>) -> Option<i64> {
+    ttl_seconds.map(|ttl| timestamp.saturating_add(i64::try_from(ttl).unwrap_or(i64::MAX)))
 }
 
 #[cfg(test)]

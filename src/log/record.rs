@@ -375,8 +375,7 @@ impl<'a> PutView<'a> {
 
     /// When the item expires: `timestamp + ttl_seconds`, saturating.
     pub(crate) fn expires_at(&self) -> Option<i64> {
-        self.ttl_seconds
-            .map(|ttl| self.timestamp.saturating_add(i64::try_from(ttl).unwrap_or(i64::MAX)))
+        crate::item::expiry(self.timestamp, self.ttl_seconds)
     }
 }
 
