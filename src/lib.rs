@@ -30,16 +30,10 @@
 #![warn(missing_docs)]
 #![deny(unsafe_code)]
 
-#[cfg(feature = "testing")]
-#[doc(hidden)]
-pub mod bench;
 mod checkpoint;
 mod clock;
 mod compaction;
 mod error;
-#[cfg(feature = "testing")]
-#[doc(hidden)]
-pub mod fuzzing;
 mod index;
 mod item;
 pub mod limits;
@@ -53,6 +47,9 @@ pub mod storage;
 #[cfg(not(feature = "sim-disk"))]
 mod storage;
 mod store;
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub mod testing;
 mod time;
 
 pub use crate::clock::{Clock, ManualClock, SystemClock};
