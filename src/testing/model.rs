@@ -24,13 +24,14 @@
 //!   version and another session's; `Expired` for an expired latest version (`id@version` refs of
 //!   the id too); `Found` for the id or its latest version; `Superseded` for an earlier version of
 //!   the history (retired ones included); `NotFound` for any other version.
-//! - Compaction: an expired latest version that no view sees (a live snapshot handle or a pin taken
-//!   after the version was added, whatever its session or `taken_at`) is retired, so that it
-//!   resolves `NotFound` instead of `Expired` and `stats().items` no longer counts it; retired
-//!   versions still answer `Unchanged` / `VersionConflict` to the store handle. Compaction also
-//!   retires superseded versions that no view sees, which the model does not follow (whether one is
-//!   depends on which segments are rewritten): a session's `PermissionDenied` for an earlier
-//!   superseded version it may see tells the model that it was.
+//! - Compaction retires (reclaims the content of) every version that the current state does not
+//!   need and no view sees (a live snapshot handle or a pin, whatever its session or `taken_at`,
+//!   sees a version if it was taken after the version was added and before a later one replaced
+//!   it): an expired latest version, which then resolves `NotFound` instead of `Expired` and is no
+//!   longer counted by `stats().items`; and a superseded version, which a session may then no longer
+//!   compare with. Retired versions still answer `Unchanged` / `VersionConflict` to the store
+//!   handle, and `Superseded` to `id@version`. `compact()` reports both counts. A compaction cut
+//!   short by a power cut may have done any part of this.
 //!
 //! A [`State`] is the model with its pins, a [`View`] a snapshot of the model (live handle or pin).
 //! Steps (the position of an operation in its sequence) order versions and views as sequence
@@ -89,15 +90,33 @@ pub fn denied_at(answer: &AddAnswer) -> Option<usize> {
     }
 }
 
+/// Whether a version's record is still stored.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Record {
+    /// The full record: the item can be read.
+    Stored,
+    /// Compaction retired it: its content is reclaimed, and a retired record keeps only its
+    /// (id, version, hash), no scope.
+    Retired,
+    /// A compaction cut short by a power cut may have retired it (a superseded version, in a
+    /// segment that may or may not have been rewritten): a session's `PermissionDenied` for it
+    /// tells that it was (see [`Model::add`]), and the next compaction retires it for sure.
+    MaybeRetired,
+}
+
 /// One version: the item (with its hash as the store fills it in), the step of the operation that
-/// added it, and whether compaction has retired it (its content reclaimed): the latest version once
-/// expired and seen by no view; an earlier version once a session's refused comparison showed it
-/// (see [`Model::add`]).
+/// added it, and its record.
 #[derive(Clone, Debug, PartialEq)]
 struct Version {
     item: ContextItem,
     created: usize,
-    reclaimed: bool,
+    record: Record,
+}
+
+impl Version {
+    fn retired(&self) -> bool {
+        self.record == Record::Retired
+    }
 }
 
 /// The model: per id, its current history (since its last delete), in the order added; the last
@@ -107,6 +126,26 @@ struct Version {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Model {
     ids: BTreeMap<String, Vec<Version>>,
+}
+
+/// What `compact()` reclaims, as its `CompactionReport` counts it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Reclaimed {
+    /// `reclaimed_expired`: expired latest versions.
+    pub expired: u64,
+    /// `reclaimed_superseded`, at least: superseded versions whose records were stored.
+    pub superseded: u64,
+    /// Superseded versions a compaction cut short may have retired already: `reclaimed_superseded`
+    /// counts those it retires now, up to this many more.
+    pub superseded_maybe: u64,
+}
+
+impl Reclaimed {
+    /// Whether a compaction that reports `expired` and `superseded` reclaimed versions did this.
+    #[must_use]
+    pub fn allows(&self, expired: u64, superseded: u64) -> bool {
+        expired == self.expired && (self.superseded..=self.superseded + self.superseded_maybe).contains(&superseded)
+    }
 }
 
 /// Whether a session view of `session` may write `scope`.
@@ -132,11 +171,20 @@ fn expired(item: &ContextItem, now: i64) -> Option<i64> {
     (at <= now).then_some(at)
 }
 
+/// Whether a view taken at one of the steps `views` sees a version added at step `created` and
+/// superseded at step `ended` (`None` while it is the latest): a view sees what was added before it
+/// and not yet replaced, whatever its session and its `taken_at`.
+fn seen(views: &[usize], created: usize, ended: Option<usize>) -> bool {
+    views
+        .iter()
+        .any(|step| *step > created && ended.is_none_or(|ended| *step <= ended))
+}
+
 impl Model {
     /// The answer to `items` added by `session` (`None`: the store handle) at `step`, applied to
     /// the model when accepted. `denied` is the position the store refused with `PermissionDenied`,
-    /// if it did: it settles the one case the model cannot know, whether compaction retired a
-    /// superseded version (see below).
+    /// if it did: it settles the one case the model cannot know, whether a compaction cut short by
+    /// a power cut retired a superseded version (see below).
     pub fn add(
         &mut self,
         items: &[ContextItem],
@@ -163,26 +211,27 @@ impl Model {
             if let Some(session) = session {
                 if history
                     .last()
-                    .is_some_and(|latest| !latest.reclaimed && !writable_by(&latest.item.scope, session))
+                    .is_some_and(|latest| !latest.retired() && !writable_by(&latest.item.scope, session))
                 {
                     return Err(AddError::PermissionDenied(position));
                 }
             }
-            let latest = history.len().checked_sub(1);
             let found = history.iter().position(|known| known.item.version == item.version);
             if let (Some(session), Some((at, known))) = (session, found.and_then(|at| Some((at, history.get(at)?)))) {
                 // A session compares only with versions it may see: not another session's, nor a
-                // retired one (whose scope the store no longer keeps). Compaction also retires a
-                // superseded version that no view sees, which this model does not follow: for an
-                // earlier step's superseded version, the store's refusal tells that it did, unless the
-                // version's scope already explains the refusal.
+                // retired one (whose scope the store no longer keeps). Whether a compaction cut short
+                // retired a superseded version, the store's refusal tells, unless the version's scope
+                // already explains it.
                 let visible = visible_to(&known.item.scope, Some(session));
-                let retired = known.reclaimed
-                    || (visible && Some(at) != latest && known.created < step && denied == Some(position));
+                let retired = match known.record {
+                    Record::Stored => false,
+                    Record::Retired => true,
+                    Record::MaybeRetired => visible && denied == Some(position),
+                };
                 if retired || !visible {
                     if retired {
                         if let Some(kept) = self.ids.get_mut(&item.id).and_then(|h| h.get_mut(at)) {
-                            kept.reclaimed = true;
+                            kept.record = Record::Retired;
                         }
                     }
                     return Err(AddError::PermissionDenied(position));
@@ -198,7 +247,7 @@ impl Model {
                     history.push(Version {
                         item,
                         created: step,
-                        reclaimed: false,
+                        record: Record::Stored,
                     });
                 }
             }
@@ -219,7 +268,7 @@ impl Model {
             .ids
             .values()
             .filter_map(|history| history.last())
-            .filter(|latest| !latest.reclaimed)
+            .filter(|latest| !latest.retired())
             .map(|latest| &latest.item)
             .filter(|item| expired(item, now).is_none())
             .filter(|item| visible_to(&item.scope, session))
@@ -250,7 +299,7 @@ impl Model {
                     return not_found;
                 };
                 // A retired latest version answers NotFound, `id@version` refs included.
-                if latest.reclaimed {
+                if latest.retired() {
                     return not_found;
                 }
                 let latest = &latest.item;
@@ -282,23 +331,21 @@ impl Model {
     pub fn live_ids(&self) -> u64 {
         self.ids
             .values()
-            .filter(|h| h.last().is_some_and(|latest| !latest.reclaimed))
+            .filter(|h| h.last().is_some_and(|latest| !latest.retired()))
             .count() as u64
     }
 
     /// The ids whose latest version `compact()` at `now` retires: expired, and seen by no view in
-    /// `views` (steps of live snapshot handles and pins). A view sees the latest version if it was
-    /// taken after the version was added (the version is still the latest, so it was the latest at
-    /// the view's seq), whatever its session and its `taken_at`.
+    /// `views` (steps of live snapshot handles and pins).
     #[must_use]
     pub fn reclaimable(&self, now: i64, views: &[usize]) -> Vec<String> {
         self.ids
             .iter()
             .filter(|(_, history)| {
                 history.last().is_some_and(|latest| {
-                    !latest.reclaimed
+                    latest.record == Record::Stored
                         && expired(&latest.item, now).is_some()
-                        && !views.iter().any(|step| *step > latest.created)
+                        && !seen(views, latest.created, None)
                 })
             })
             .map(|(id, _)| id.clone())
@@ -308,18 +355,69 @@ impl Model {
     /// Retires the latest version of `id` (one of [`Model::reclaimable`]).
     pub fn reclaim(&mut self, id: &str) {
         if let Some(latest) = self.ids.get_mut(id).and_then(|h| h.last_mut()) {
-            latest.reclaimed = true;
+            latest.record = Record::Retired;
         }
     }
 
-    /// What `compact()` does at `now` with the views `views`: every [`Model::reclaimable`] version
-    /// retired. Returns how many: `CompactionReport::reclaimed_expired`.
-    pub fn compact(&mut self, now: i64, views: &[usize]) -> u64 {
+    /// Marks every superseded version that no view in `views` sees, and that is not retired, as
+    /// `record`; returns how many there were, and how many of them were [`Record::MaybeRetired`].
+    fn retire_superseded(&mut self, views: &[usize], record: Record) -> (u64, u64) {
+        let (mut stored, mut maybe) = (0, 0);
+        for history in self.ids.values_mut() {
+            let ends: Vec<usize> = history.iter().skip(1).map(|next| next.created).collect();
+            for (version, ended) in history.iter_mut().zip(ends) {
+                if version.retired() || seen(views, version.created, Some(ended)) {
+                    continue;
+                }
+                match version.record {
+                    Record::Stored => stored += 1,
+                    _ => maybe += 1,
+                }
+                version.record = record;
+            }
+        }
+        (stored, maybe)
+    }
+
+    /// What `compact()` does at `now` with the views `views` (the steps of live snapshot handles
+    /// and pins): it retires every version no view sees and the current state does not need, that
+    /// is, every [`Model::reclaimable`] latest version, and every superseded version no view saw
+    /// between its addition and the one that replaced it (`compact()` seals the active segment
+    /// first when it holds any of them, and rewrites every segment that does).
+    pub fn compact(&mut self, now: i64, views: &[usize]) -> Reclaimed {
         let ids = self.reclaimable(now, views);
         for id in &ids {
             self.reclaim(id);
         }
-        ids.len() as u64
+        let (superseded, superseded_maybe) = self.retire_superseded(views, Record::Retired);
+        Reclaimed {
+            expired: ids.len() as u64,
+            superseded,
+            superseded_maybe,
+        }
+    }
+
+    /// Every model a `compact()` at `now` cut short by a power cut may leave: segments are
+    /// rewritten one after the other, so any part of its reclaims may be done: any subset of the
+    /// [`Model::reclaimable`] latest versions retired, and each superseded version it would retire
+    /// maybe retired. This model itself (nothing done) is not among them.
+    #[must_use]
+    pub fn compact_cut_short(&self, now: i64, views: &[usize]) -> Vec<Model> {
+        let ids = self.reclaimable(now, views);
+        let mut base = self.clone();
+        base.retire_superseded(views, Record::MaybeRetired);
+        (0u32..(1 << ids.len()))
+            .map(|mask| {
+                let mut model = base.clone();
+                for (i, id) in ids.iter().enumerate() {
+                    if mask & (1 << i) != 0 {
+                        model.reclaim(id);
+                    }
+                }
+                model
+            })
+            .filter(|model| model != self)
+            .collect()
     }
 
     /// What `Snapshot::digest` gives for a view of this state: SHA-256 over the canonical JSON of
@@ -474,8 +572,9 @@ impl State {
         }
     }
 
-    /// A short account of the state, for failure messages: each id's versions (with `t<timestamp>+<ttl>`
-    /// for those that expire, and retired ones marked), and each pin's seq and number of ids.
+    /// A short account of the state, for failure messages: each id's versions (with
+    /// `t<timestamp>+<ttl>` for those that expire, and retired ones marked), and each pin's seq and
+    /// number of ids.
     #[must_use]
     pub fn summary(&self) -> String {
         let items: Vec<String> = self
@@ -490,8 +589,10 @@ impl State {
                         if let Some(ttl) = v.item.ttl_seconds {
                             text.push_str(&format!("(t{}+{ttl})", v.item.timestamp));
                         }
-                        if v.reclaimed {
-                            text.push_str("(reclaimed)");
+                        match v.record {
+                            Record::Stored => {}
+                            Record::Retired => text.push_str("(retired)"),
+                            Record::MaybeRetired => text.push_str("(retired?)"),
                         }
                         text
                     })
