@@ -46,7 +46,7 @@ use crate::{canonical_json, ContextItem, Resolution, Scope};
 mod observe;
 mod vocabulary;
 
-pub use observe::{listed_pins, observe, pin_in_store, Observation, StoreAdd};
+pub use observe::{listed_pins, observe, pin_in_store, Observation, Pinned, StoreAdd};
 pub use vocabulary::{
     all_refs, content_of, eq_value_of, ref_text, scope_of, ItemSpec, QuerySpec, Ref, CONFIDENCES, IDS, KINDS,
     MIN_CONFIDENCES, PATHS, PIN_NAMES, QUERY_KINDS, SOURCES, START, VERSIONS, VIEWS,
@@ -567,7 +567,14 @@ impl State {
             pinned: self
                 .pins
                 .values()
-                .map(|pin| (pin.view.get(&everything), pin.view.resolve(&refs), pin.view.digest()))
+                .map(|pin| Pinned {
+                    seq: pin.seq,
+                    taken_at: pin.view.taken_at,
+                    session: pin.view.session.map(str::to_owned),
+                    items: pin.view.get(&everything),
+                    resolved: pin.view.resolve(&refs),
+                    digest: pin.view.digest(),
+                })
                 .collect(),
         }
     }

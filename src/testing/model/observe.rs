@@ -134,8 +134,25 @@ pub struct Observation {
     pub live_ids: u64,
     /// `snapshots()`.
     pub pins: Vec<PinListing>,
-    /// Each pin, opened: `get` of everything, `resolve` of [`all_refs`], `digest`.
-    pub pinned: Vec<(Vec<ContextItem>, Vec<Resolution>, String)>,
+    /// Each pin, opened.
+    pub pinned: Vec<Pinned>,
+}
+
+/// What a pinned snapshot shows, opened.
+#[derive(Debug, PartialEq)]
+pub struct Pinned {
+    /// `Snapshot::seq`.
+    pub seq: u64,
+    /// `Snapshot::taken_at`.
+    pub taken_at: i64,
+    /// `Snapshot::session`.
+    pub session: Option<String>,
+    /// `get` of everything.
+    pub items: Vec<ContextItem>,
+    /// `resolve` of [`all_refs`].
+    pub resolved: Vec<Resolution>,
+    /// `digest`.
+    pub digest: String,
 }
 
 /// What `store` shows (see [`Observation`]).
@@ -149,7 +166,14 @@ pub fn observe(store: &Store) -> crate::Result<Observation> {
     let mut pinned = Vec::new();
     for (name, ..) in &pins {
         let snapshot: Snapshot = store.open_snapshot(name)?;
-        pinned.push((snapshot.get(&everything)?, snapshot.resolve(&refs)?, snapshot.digest()?));
+        pinned.push(Pinned {
+            seq: snapshot.seq(),
+            taken_at: snapshot.taken_at(),
+            session: snapshot.session().map(str::to_owned),
+            items: snapshot.get(&everything)?,
+            resolved: snapshot.resolve(&refs)?,
+            digest: snapshot.digest()?,
+        });
     }
     Ok(Observation {
         items: store.get(&everything)?,
@@ -189,8 +213,8 @@ impl Observation {
             .pins
             .iter()
             .zip(&self.pinned)
-            .map(|((name, seq, taken_at, session), (items, ..))| {
-                format!("{name}@{seq}/{taken_at}/{session:?}:{}", items.len())
+            .map(|((name, seq, taken_at, session), pinned)| {
+                format!("{name}@{seq}/{taken_at}/{session:?}:{}", pinned.items.len())
             })
             .collect();
         format!(
