@@ -27,17 +27,17 @@ pub const TARGETS: &[(&str, Target)] = &[
 
 /// A frame, as is and with its CRCs recomputed: read, decoded, every record decoded again alone.
 pub fn decode_frame(data: &[u8]) {
-    let _ = ctxlog::fuzzing::fuzz_decode_frame(data);
+    let _ = ctxlog::testing::fuzz::fuzz_decode_frame(data);
 }
 
 /// A whole segment file, as is and sealed: header decoded, frames scanned as newest and as sealed.
 pub fn scan_segment(data: &[u8]) {
-    let _ = ctxlog::fuzzing::fuzz_scan_segment(data);
+    let _ = ctxlog::testing::fuzz::fuzz_scan_segment(data);
 }
 
 /// A checkpoint file, as is and with its trailing CRC recomputed.
 pub fn decode_checkpoint(data: &[u8]) {
-    let _ = ctxlog::fuzzing::fuzz_decode_checkpoint(data);
+    let _ = ctxlog::testing::fuzz::fuzz_decode_checkpoint(data);
 }
 
 /// Where the stateful targets make their directories: memory when the machine has /dev/shm.
@@ -209,8 +209,8 @@ pub fn recovery(data: &[u8]) {
     for (name, bytes) in recovery_files(rest) {
         let bytes = match (seal, name.ends_with(".idx")) {
             (false, _) => bytes.to_vec(),
-            (true, false) => ctxlog::fuzzing::seal_segment(bytes),
-            (true, true) => ctxlog::fuzzing::seal_checkpoint(bytes),
+            (true, false) => ctxlog::testing::fuzz::seal_segment(bytes),
+            (true, true) => ctxlog::testing::fuzz::seal_checkpoint(bytes),
         };
         std::fs::write(dir.path().join(name), bytes).expect("writing an input file");
     }
@@ -223,7 +223,7 @@ pub fn recovery(data: &[u8]) {
         Err(Error::Corrupt { .. } | Error::Invalid { .. }) => return,
         Err(other) => panic!("opening refused with an unexpected error: {other:?}"),
     };
-    if let Some(problem) = ctxlog::fuzzing::opened_store_problem(&store) {
+    if let Some(problem) = ctxlog::testing::fuzz::opened_store_problem(&store) {
         panic!("{problem}");
     }
     let _ = store.verify();
@@ -237,7 +237,7 @@ pub fn recovery(data: &[u8]) {
 }
 
 /// Arbitrary bytes as a sequence of store operations on a simulated disk, power cuts included, each
-/// answer and each recovered state checked against a model (see `ctxlog::fuzzing::stateful`).
+/// answer and each recovered state checked against a model (see `ctxlog::testing::fuzz::stateful`).
 pub fn stateful(data: &[u8]) {
-    ctxlog::fuzzing::stateful::run(data);
+    ctxlog::testing::stateful::run(data);
 }

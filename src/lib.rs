@@ -28,15 +28,9 @@
 //! ```
 #![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing))]
 
-#[cfg(feature = "testing")]
-#[doc(hidden)]
-pub mod bench;
 mod clock;
 mod engine;
 mod error;
-#[cfg(feature = "testing")]
-#[doc(hidden)]
-pub mod fuzzing;
 mod index;
 mod item;
 pub mod limits;
@@ -49,6 +43,9 @@ pub mod storage;
 #[cfg(not(feature = "sim-disk"))]
 mod storage;
 mod store;
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub mod testing;
 mod time;
 
 pub use crate::clock::{Clock, ManualClock, SystemClock};

@@ -1104,7 +1104,7 @@ fn a_checkpoint_taken_while_a_group_seals_its_segment_is_used_after_a_crash() {
     let mut checkpoints = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(5);
     while Instant::now() < deadline && checkpoints.len() < 80 {
-        let seq = ctxlog::bench::checkpoint(&store).expect("checkpoint");
+        let seq = ctxlog::testing::bench::checkpoint(&store).expect("checkpoint");
         let name = format!("checkpoint-{seq:020}.idx");
         // The next checkpoint may have replaced it already.
         if std::fs::copy(dir.path().join(&name), saved.path().join(&name)).is_ok() {
@@ -1168,7 +1168,7 @@ fn a_checkpoint_whose_segment_starts_past_its_seq_is_refused_at_once() {
     let segment = dir.path().join("00000001.seg");
     let mut bytes = std::fs::read(&segment).expect("read segment");
     bytes[16..24].copy_from_slice(&(seq + 10).to_le_bytes());
-    std::fs::write(&segment, ctxlog::fuzzing::seal_segment(&bytes)).expect("write segment");
+    std::fs::write(&segment, ctxlog::testing::fuzz::seal_segment(&bytes)).expect("write segment");
 
     let started = std::time::Instant::now();
     let opened = Options::new()

@@ -103,7 +103,7 @@ fn the_stateful_target_fails_when_syncs_do_nothing() {
                     let disk = ctxlog::storage::SimDisk::new();
                     disk.set_sync_files(files);
                     disk.set_sync_dirs(dirs);
-                    ctxlog::fuzzing::stateful::run_on(&data, disk);
+                    ctxlog::testing::stateful::run_on(&data, disk);
                 })
                 .is_err()
             })
@@ -122,16 +122,16 @@ fn the_stateful_target_fails_when_syncs_do_nothing() {
 fn binary_seeds_are_accepted_inputs() {
     for path in inputs("seeds", "decode_frame") {
         let data = std::fs::read(&path).expect("seed");
-        assert!(ctxlog::fuzzing::decode_frame(&data) > 0, "{}", path.display());
+        assert!(ctxlog::testing::fuzz::decode_frame(&data) > 0, "{}", path.display());
     }
     for path in inputs("seeds", "scan_segment") {
         let data = std::fs::read(&path).expect("seed");
-        let frames = ctxlog::fuzzing::scan_segment(&data);
+        let frames = ctxlog::testing::fuzz::scan_segment(&data);
         assert!(frames > 0 || data.len() == 32, "{}", path.display());
     }
     for path in inputs("seeds", "decode_checkpoint") {
         let data = std::fs::read(&path).expect("seed");
-        assert!(ctxlog::fuzzing::decode_checkpoint(&data), "{}", path.display());
+        assert!(ctxlog::testing::fuzz::decode_checkpoint(&data), "{}", path.display());
     }
 }
 
@@ -148,7 +148,7 @@ fn the_stateful_target_stores_content_compressed_when_its_input_asks() {
     let stored_plain = |first: u8| -> bool {
         let disk = SimDisk::new();
         let data: Vec<u8> = std::iter::once(first).chain(ops).collect();
-        ctxlog::fuzzing::stateful::run_on(&data, disk.clone());
+        ctxlog::testing::stateful::run_on(&data, disk.clone());
         let dir = Path::new("/fuzz/store");
         let segments: Vec<String> = disk
             .list(dir)

@@ -137,7 +137,7 @@ fn open(disk: &SimDisk, durability: Durability) -> Result<Store> {
         .open(DIR)
         .inspect(|store| {
             // Every store opened, after a cut too, continues its newest segment.
-            if let Some(problem) = ctxlog::fuzzing::opened_store_problem(store) {
+            if let Some(problem) = ctxlog::testing::fuzz::opened_store_problem(store) {
                 panic!("{problem}");
             }
         })

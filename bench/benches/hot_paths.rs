@@ -1,9 +1,10 @@
 //! Criterion micro-benchmarks of ctxlog's hot paths, so a regression is visible. Through the public
 //! API: validation + hashing (an `add` of a batch to a `Durability::Never` store), `resolve`, a typed
 //! time-window query, query planning alone (a query whose window holds nothing),
-//! `ContextItem::from_json` / `to_json`, and `canonical_json`. Through `ctxlog::bench` (hidden, for
-//! benchmarks only): a batch frame's encoding and decoding, and the index insert of a batch. And
-//! the cost of each check a read makes, and of allocating and freeing one item (`read_checks`).
+//! `ContextItem::from_json` / `to_json`, and `canonical_json`. Through `ctxlog::testing::bench`
+//! (hidden, for benchmarks only): a batch frame's encoding and decoding, and the index insert of a
+//! batch. And the cost of each check a read makes, and of allocating and freeing one item
+//! (`read_checks`).
 //!
 //! `cargo bench -p ctxlog-bench --bench hot_paths` (add `-- NAME` to filter).
 
@@ -12,7 +13,7 @@ use std::sync::Arc;
 
 use criterion::measurement::WallTime;
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkGroup, Criterion, Throughput};
-use ctxlog::bench::{decode_frame_records, IndexInput, PutRecords};
+use ctxlog::testing::bench::{decode_frame_records, IndexInput, PutRecords};
 use ctxlog::{canonical_json, ContextItem, ContextQuery, Durability, ManualClock, Options, Scope, Store, TimeRange};
 
 use ctxlog_bench::w1;

@@ -26,7 +26,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let store = Arc::new(w1::open_durable(&dir)?);
     w1::load(&store, n)?;
     // A checkpoint of the load first, so that the one measured is not the maintenance thread's.
-    ctxlog::bench::checkpoint(&store)?;
+    ctxlog::testing::bench::checkpoint(&store)?;
 
     let stop = Arc::new(AtomicBool::new(false));
     let start_line = Arc::new(Barrier::new(usize::try_from(threads)? + 1));
@@ -54,7 +54,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     start_line.wait();
     std::thread::sleep(Duration::from_secs_f64(seconds / 2.0));
     let checkpoint_from = started.elapsed().as_secs_f64();
-    let seq = ctxlog::bench::checkpoint(&store)?;
+    let seq = ctxlog::testing::bench::checkpoint(&store)?;
     let checkpoint_to = started.elapsed().as_secs_f64();
     std::thread::sleep(Duration::from_secs_f64(seconds / 2.0));
     stop.store(true, Ordering::Relaxed);

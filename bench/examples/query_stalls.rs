@@ -88,7 +88,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let temp = tempfile::tempdir()?;
     let store = Arc::new(w1::open_durable(temp.path())?);
     w1::load(&store, n)?;
-    ctxlog::bench::checkpoint(&store)?;
+    ctxlog::testing::bench::checkpoint(&store)?;
 
     let (alone, next) = adds(&store, writers, n + 10_000_000, seconds)?;
 

@@ -1,5 +1,6 @@
-//! Entry points for the cargo-fuzz targets in `fuzz/` and for `tests/fuzz_regressions.rs`, which
-//! replays their seeds and past crash inputs. Not part of the API: hidden from the docs, and free to
+//! Entry points for the decoder fuzz targets in `fuzz/` and for `tests/fuzz_regressions.rs`, which
+//! replays their seeds and past crash inputs, and the check every store a fuzz target or test opens
+//! goes through ([`opened_store_problem`]). Not part of the API: hidden from the docs, and free to
 //! change.
 //!
 //! Each function runs crate-internal decoders over arbitrary bytes and returns something cheap. None
@@ -9,8 +10,6 @@
 //! The `seal_*` helpers recompute every checksum an input's own length fields let them find, so that
 //! a fuzz target can try each input as it is and once more with valid checksums, and reach the code
 //! behind them.
-
-pub mod stateful;
 
 use crate::engine::checkpoint;
 use crate::engine::recovery::{scan_frames, ScanEnd};

@@ -1,7 +1,8 @@
-//! Internal hot paths, one at a time, for `benches/hot_paths.rs`: a batch frame's encoding and
+//! Internal hot paths, one at a time, for `bench/benches/hot_paths.rs`: a batch frame's encoding and
 //! decoding, and the index insert a batch's publication makes, each without the rest of an `add`
-//! around it; and a checkpoint on demand, for `examples/checkpoint_stalls.rs`. Not part of the API
-//! (hidden from the docs); the public paths are benchmarked through `Store`.
+//! around it; and a checkpoint on demand, for the profiling drivers in `bench/examples/` and
+//! `tests/checkpoints.rs`. Not part of the API (hidden from the docs); the public paths are
+//! benchmarked through `Store`.
 
 use crate::engine::recovery::location_of;
 use crate::error::{Error, Result};

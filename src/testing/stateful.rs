@@ -1,0 +1,662 @@
+//! The `stateful` fuzz target: arbitrary bytes read as a sequence of store operations (decoded in
+//! `stateful/ops.rs`), run on a [`SimDisk`] and, side by side, on the reference model
+//! ([`crate::testing::model`], which `tests/model.rs` drives too). Any answer that the model does
+//! not allow, any panic, and any state after a power cut that the acknowledged operations do not
+//! allow is a finding (the function panics).
+//!
+//! Operations: `add` batches of 1 to 3 items (through the store or a session view; 6 ids, 3
+//! versions, 3 types, 4 scopes, TTLs, confidences, usual or other content, so that re-adds answer
+//! `Unchanged` and conflicts happen), `delete`, `get` with filters, `resolve` of `id` and
+//! `id@version`, live snapshots read later, clock advances, `compact`, `pin_snapshot` (of the
+//! store or of a session view's snapshot), `unpin_snapshot`, `open_snapshot`, `flush`, a clean
+//! reopen, a power cut between two operations ([`SimDisk::crash`], then the store reopens, maybe
+//! after a second cut inside recovery), and a power cut armed to fall after a given number of
+//! storage calls: inside the next operations, or between them.
+//!
+//! The first byte's bit 1 chooses whether content is stored compressed (`Options::compress_content`;
+//! one content of the pool is long and repetitive, so that it is), and its bit 0 the durability:
+//! `Immediate` (every operation that returned `Ok` is durable) or `Never` (durable at `flush`, at a
+//! clean reopen, and at a compaction that rewrote something, which syncs the log first). The model
+//! therefore does not follow one state but a set of candidates, each with the states a power cut
+//! may bring back (from its last durable state to its current one, plus the operation in flight
+//! when the power went off, and each part of a compaction cut short); after a cut, a clean reopen
+//! and at the end the store must show one of them exactly (every current item, every `id@version`,
+//! every pin and what it shows, its digest included, `stats().items`: an
+//! [`Observation`](crate::testing::model::Observation)), `verify()` must find nothing, and no
+//! `.tmp` may be left. Candidates that later answers contradict are dropped; when none is left,
+//! that is a finding.
+//!
+//! Unsynced writes may survive a power cut in any order, under every durability: a lost write
+//! followed by a kept one is a hole that recovery truncates (segment format 2's sync marks).
+
+use std::fmt::Debug;
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
+
+use crate::storage::SimDisk;
+use crate::testing::fuzz::opened_store_problem;
+use crate::testing::model::{
+    denied_at, listed_pins, observe, pin_in_store, ref_text, ItemSpec, QuerySpec, Ref, State, StoreAdd, View, START,
+};
+use crate::{Clock, ContextItem, Durability, Error, ManualClock, Options, Snapshot, Store};
+
+mod ops;
+
+pub use ops::OPS_MAX;
+use ops::{decode, Op};
+
+const DIR: &str = "/fuzz/store";
+/// Small segments, so that the log rotates and compaction has sealed segments to rewrite.
+const SEGMENT_SIZE: u64 = 4096;
+/// Live snapshot handles kept at most (the oldest is dropped first).
+const SNAPS_MAX: usize = 4;
+
+/// One way the store may be: the states a power cut may bring back, from the last durable one
+/// (first) to the current one (last), and the live snapshot handles.
+#[derive(Clone, Debug, PartialEq)]
+struct Candidate {
+    history: Vec<State>,
+    snaps: Vec<View>,
+}
+
+impl Candidate {
+    fn current(&self) -> &State {
+        match self.history.last() {
+            Some(state) => state,
+            None => panic!("a candidate without a state"),
+        }
+    }
+
+    fn current_mut(&mut self) -> &mut State {
+        match self.history.last_mut() {
+            Some(state) => state,
+            None => panic!("a candidate without a state"),
+        }
+    }
+
+    /// The current state is durable: nothing before it can come back.
+    fn make_durable(&mut self) {
+        let keep = self.history.len().saturating_sub(1);
+        self.history.drain(..keep);
+    }
+
+    /// The views compaction must keep: live handles and pins.
+    fn views(&self) -> Vec<usize> {
+        self.current().views(&self.snaps)
+    }
+}
+
+fn dedup(candidates: &mut Vec<Candidate>) {
+    let mut unique: Vec<Candidate> = Vec::with_capacity(candidates.len());
+    for candidate in candidates.drain(..) {
+        if !unique.contains(&candidate) {
+            unique.push(candidate);
+        }
+    }
+    *candidates = unique;
+}
+
+fn trace_on() -> bool {
+    static TRACE: OnceLock<bool> = OnceLock::new();
+    *TRACE.get_or_init(|| std::env::var_os("CTXLOG_STATEFUL_TRACE").is_some())
+}
+
+/// One run: the store on its simulated disk, and the model's candidates.
+struct Run {
+    durability: Durability,
+    /// `Options::compress_content`.
+    compress: bool,
+    clock: Arc<ManualClock>,
+    disk: SimDisk,
+    store: Option<Store>,
+    /// Live snapshot handles, in the order of every candidate's `snaps`.
+    handles: Vec<Snapshot>,
+    worlds: Vec<Candidate>,
+    last_seq: u64,
+    /// The seed of an armed power cut.
+    armed: Option<u64>,
+    /// Counts power cuts: a snapshot handle taken before one is not kept.
+    cuts: u64,
+    step: usize,
+}
+
+impl Run {
+    fn open(&self, disk: &SimDisk) -> crate::Result<Store> {
+        Options::new()
+            .storage(Arc::new(disk.clone()))
+            .clock(Arc::clone(&self.clock) as Arc<dyn Clock>)
+            .durability(self.durability)
+            .compress_content(self.compress)
+            .segment_size(SEGMENT_SIZE)
+            .auto_compact(false)
+            .open(DIR)
+            .inspect(|store| {
+                if let Some(problem) = opened_store_problem(store) {
+                    panic!("{problem}");
+                }
+            })
+    }
+
+    fn store(&self) -> &Store {
+        match &self.store {
+            Some(store) => store,
+            None => panic!("the store is closed between operations"),
+        }
+    }
+
+    fn immediate(&self) -> bool {
+        self.durability == Durability::Immediate
+    }
+
+    /// Settles an operation whose store answer is `actual`: with an answer, keeps the candidates
+    /// whose `apply` (run on their current state) expects the same; with an error while the power is
+    /// off, the operation was in flight: every candidate may now also be in the state `apply`
+    /// leads to, and the power cut is played out. `changes` says whether the operation may change
+    /// the state (reads do not).
+    fn settle<A: PartialEq + Debug>(
+        &mut self,
+        what: &str,
+        actual: crate::Result<A>,
+        changes: bool,
+        apply: impl Fn(&mut Candidate) -> A,
+    ) {
+        match actual {
+            Ok(actual) => {
+                let immediate = self.immediate();
+                let mut refused = Vec::new();
+                self.worlds.retain_mut(|candidate| {
+                    if changes {
+                        let state = candidate.current().clone();
+                        candidate.history.push(state);
+                    }
+                    let expected = apply(candidate);
+                    if expected != actual {
+                        refused.push(format!("{expected:?}"));
+                        return false;
+                    }
+                    if changes {
+                        let len = candidate.history.len();
+                        if immediate {
+                            candidate.make_durable();
+                        } else if len >= 2 && candidate.history.get(len - 1) == candidate.history.get(len - 2) {
+                            candidate.history.pop();
+                        }
+                    }
+                    true
+                });
+                if self.worlds.is_empty() {
+                    panic!(
+                        "step {}: {what}: the store answered {actual:?}; the model expected {}",
+                        self.step,
+                        refused.join(" or ")
+                    );
+                }
+                dedup(&mut self.worlds);
+            }
+            Err(e) if self.disk.is_powered_off() => {
+                if changes {
+                    for candidate in &mut self.worlds {
+                        let mut next = Candidate {
+                            history: vec![candidate.current().clone()],
+                            snaps: candidate.snaps.clone(),
+                        };
+                        let _ = apply(&mut next);
+                        candidate.history.push(next.current().clone());
+                    }
+                }
+                if trace_on() {
+                    eprintln!("  {what} in flight at the power cut: {e}");
+                }
+                self.power_cut();
+            }
+            Err(e) => panic!("step {}: {what} failed with the power on: {e:?}", self.step),
+        }
+    }
+
+    /// Plays out an armed (and reached) power cut.
+    fn power_cut(&mut self) {
+        let seed = self.armed.take().unwrap_or(0);
+        self.crash(seed, None);
+    }
+
+    /// Cuts the power (if it is not off already), brings the disk back as `seed` decides, maybe
+    /// cuts it again inside recovery, reopens, and checks that the store shows one of the states the
+    /// candidates allow, and nothing else.
+    fn crash(&mut self, seed: u64, recovery_cut: Option<(u64, u64)>) {
+        self.armed = None;
+        self.cuts += 1;
+        let mut restored = self.disk.crash(seed);
+        self.handles.clear();
+        drop(self.store.take());
+        if let Some((after, seed)) = recovery_cut {
+            restored.cut_power_after(after);
+            match self.open(&restored) {
+                Ok(store) => drop(store),
+                Err(e) if restored.is_powered_off() => drop(e),
+                Err(e) => panic!("step {}: recovery failed with the power on: {e:?}", self.step),
+            }
+            restored = restored.crash(seed);
+        }
+        self.disk = restored;
+        let store = match self.open(&self.disk) {
+            Ok(store) => store,
+            Err(e) => panic!("step {}: opening after a power cut failed: {e:?}", self.step),
+        };
+        let seen = match observe(&store) {
+            Ok(seen) => seen,
+            Err(e) => panic!("step {}: reading after a power cut failed: {e:?}", self.step),
+        };
+        let now = self.clock.now();
+        let mut survivors = Vec::new();
+        for candidate in &self.worlds {
+            for state in &candidate.history {
+                if state.observation(now) == seen {
+                    survivors.push(Candidate {
+                        history: vec![state.clone()],
+                        snaps: Vec::new(),
+                    });
+                }
+            }
+        }
+        if survivors.is_empty() {
+            let allowed: Vec<String> = self
+                .worlds
+                .iter()
+                .flat_map(|c| c.history.iter())
+                .map(|state| format!("{}\n   shows {}", state.summary(), state.observation(now).brief()))
+                .collect();
+            panic!(
+                "step {}: after a power cut the store shows a state the acknowledged operations do not allow\n \
+                 seen: {}\n allowed: {allowed:#?}",
+                self.step,
+                seen.brief()
+            );
+        }
+        dedup(&mut survivors);
+        self.worlds = survivors;
+        self.check_files(&store, "after a power cut");
+        self.last_seq = store.stats().seq;
+        if trace_on() {
+            eprintln!("  recovered: {:?}", store.stats().recovery);
+            for candidate in &self.worlds {
+                eprintln!("  state: {}", candidate.current().summary());
+            }
+        }
+        self.store = Some(store);
+    }
+
+    /// `verify()` finds nothing and no `.tmp` file is left.
+    fn check_files(&self, store: &Store, when: &str) {
+        match store.verify() {
+            Ok(report) if report.is_ok() => {}
+            Ok(report) => panic!("step {}: verify {when}: {:?}", self.step, report.problems),
+            Err(e) => panic!("step {}: verify {when} failed: {e:?}", self.step),
+        }
+        let stray: Vec<String> = self
+            .disk
+            .file_names(Path::new(DIR))
+            .into_iter()
+            .filter(|name| name.ends_with(".tmp"))
+            .collect();
+        assert!(stray.is_empty(), "step {}: {when}: files left: {stray:?}", self.step);
+    }
+
+    /// Keeps the candidates whose current state the store shows.
+    fn check_current(&mut self, store: &Store, when: &str) {
+        let seen = match observe(store) {
+            Ok(seen) => seen,
+            // An armed cut fell here: the power cut is played out next.
+            Err(_) if self.disk.is_powered_off() => return,
+            Err(e) => panic!("step {}: reading {when} failed: {e:?}", self.step),
+        };
+        let now = self.clock.now();
+        let shows = |candidate: &Candidate| candidate.current().observation(now) == seen;
+        if !self.worlds.iter().any(shows) {
+            let expected: Vec<String> = self
+                .worlds
+                .iter()
+                .map(|c| {
+                    format!(
+                        "{}\n   shows {}",
+                        c.current().summary(),
+                        c.current().observation(now).brief()
+                    )
+                })
+                .collect();
+            panic!(
+                "step {}: {when} the store shows {}\n the model expected one of {expected:#?}",
+                self.step,
+                seen.brief()
+            );
+        }
+        self.worlds.retain(shows);
+    }
+
+    fn op(&mut self, op: &Op) {
+        let now = self.clock.now();
+        let step = self.step;
+        match op {
+            Op::Add { view, items } => {
+                let batch: Vec<ContextItem> = items.iter().map(ItemSpec::item).collect();
+                let store = self.store();
+                let result = match view {
+                    None => store.add(batch.clone()),
+                    Some(session) => store.session(session).add(batch.clone()),
+                };
+                let actual = StoreAdd::read(result).map(|added| {
+                    match added.batch_seq(self.last_seq) {
+                        Ok(seq) => self.last_seq = seq.unwrap_or(self.last_seq),
+                        Err(wrong) => panic!("step {step}: {wrong}"),
+                    }
+                    added.answer
+                });
+                let denied = actual.as_ref().ok().and_then(denied_at);
+                self.settle("add", actual, true, |c| {
+                    c.current_mut().model.add(&batch, *view, step, denied)
+                });
+            }
+            Op::Delete(id) => {
+                let actual = self.store().delete(id);
+                self.settle("delete", actual, true, |c| c.current_mut().model.delete(id));
+            }
+            Op::Get { view, query } => {
+                let store = self.store();
+                let actual = match view {
+                    None => store.get(&query.query()),
+                    Some(session) => store.session(session).get(&query.query()),
+                };
+                self.settle("get", actual, false, |c| c.current().model.get(query, *view, now));
+            }
+            Op::Resolve { view, refs } => {
+                let texts: Vec<String> = refs.iter().map(ref_text).collect();
+                let store = self.store();
+                let actual = match view {
+                    None => store.resolve(&texts),
+                    Some(session) => store.session(session).resolve(&texts),
+                };
+                self.settle("resolve", actual, false, |c| {
+                    c.current().model.resolve(refs, *view, now)
+                });
+            }
+            Op::Snapshot { view } => {
+                let store = self.store();
+                let snapshot = match view {
+                    None => store.snapshot(),
+                    Some(session) => store.session(session).snapshot(),
+                };
+                assert_eq!(snapshot.taken_at(), now, "step {step}: taken_at");
+                assert_eq!(snapshot.session(), *view, "step {step}: snapshot session");
+                self.keep_snapshot(snapshot, |c| View {
+                    model: c.current().model.clone(),
+                    taken_at: now,
+                    session: *view,
+                    step,
+                });
+            }
+            Op::ReadSnap { snap, query, refs } => {
+                if self.handles.is_empty() {
+                    return;
+                }
+                let at = snap % self.handles.len();
+                let Some(handle) = self.handles.get(at) else { return };
+                let texts: Vec<String> = refs.iter().map(ref_text).collect();
+                let actual = handle
+                    .get(&query.query())
+                    .and_then(|items| Ok((items, handle.resolve(&texts)?)));
+                self.settle("snapshot get and resolve", actual, false, |c| match c.snaps.get(at) {
+                    Some(view) => (view.get(query), view.resolve(refs)),
+                    None => panic!("a live snapshot the model does not have"),
+                });
+            }
+            Op::Advance(secs) => self.clock.advance(*secs),
+            Op::Compact => self.compact(now),
+            Op::Pin { name, view } => {
+                let store = self.store();
+                let seq_before = store.stats().seq;
+                let actual =
+                    pin_in_store(store, name, *view, seq_before, now, step).map(|answer| (answer, listed_pins(store)));
+                self.settle("pin", actual, true, |c| {
+                    let state = c.current_mut();
+                    (state.pin(name, seq_before, now, *view, step), state.pin_list())
+                });
+            }
+            Op::Unpin(name) => {
+                let store = self.store();
+                let actual = store.unpin_snapshot(name).map(|existed| (existed, listed_pins(store)));
+                self.settle("unpin", actual, true, |c| {
+                    let state = c.current_mut();
+                    (state.unpin(name), state.pin_list())
+                });
+            }
+            Op::OpenPinned { name, query, refs } => self.open_pinned(name, query, refs),
+            Op::Flush => {
+                let actual = self.store().flush();
+                self.settle("flush", actual, false, |_| ());
+                for candidate in &mut self.worlds {
+                    candidate.make_durable();
+                }
+            }
+            Op::Reopen => {
+                self.handles.clear();
+                drop(self.store.take());
+                match self.open(&self.disk) {
+                    Ok(store) => {
+                        // A clean close syncs everything.
+                        for candidate in &mut self.worlds {
+                            candidate.snaps.clear();
+                            candidate.make_durable();
+                        }
+                        dedup(&mut self.worlds);
+                        self.check_current(&store, "after a clean reopen");
+                        self.last_seq = store.stats().seq;
+                        self.store = Some(store);
+                    }
+                    Err(e) if self.disk.is_powered_off() => {
+                        if trace_on() {
+                            eprintln!("  reopen in flight at the power cut: {e}");
+                        }
+                        self.power_cut();
+                    }
+                    Err(e) => panic!("step {step}: reopening failed with the power on: {e:?}"),
+                }
+            }
+            Op::Crash { seed, recovery_cut } => self.crash(*seed, *recovery_cut),
+            Op::CutPower { after, seed } => {
+                if self.armed.is_none() {
+                    self.disk.cut_power_after(*after);
+                    self.armed = Some(*seed);
+                }
+            }
+        }
+    }
+
+    /// Keeps a live snapshot handle, with its model in every candidate (made by `model`).
+    fn keep_snapshot(&mut self, snapshot: Snapshot, model: impl Fn(&Candidate) -> View) {
+        if self.handles.len() >= SNAPS_MAX {
+            self.handles.remove(0);
+            for candidate in &mut self.worlds {
+                if !candidate.snaps.is_empty() {
+                    candidate.snaps.remove(0);
+                }
+            }
+        }
+        self.handles.push(snapshot);
+        for candidate in &mut self.worlds {
+            let snap = model(candidate);
+            candidate.snaps.push(snap);
+        }
+    }
+
+    fn compact(&mut self, now: i64) {
+        let actual = self.store().compact();
+        match actual {
+            Ok(report) => {
+                let reclaimed = (report.reclaimed_expired, report.reclaimed_superseded);
+                self.settle(
+                    "compact (expired, superseded versions reclaimed)",
+                    Ok(reclaimed),
+                    true,
+                    |c| {
+                        let views = c.views();
+                        let expected = c.current_mut().model.compact(now, &views);
+                        // Superseded versions a compaction cut short may have retired are counted
+                        // or not: any count the model allows is the one expected.
+                        if expected.allows(reclaimed.0, reclaimed.1) {
+                            reclaimed
+                        } else {
+                            (expected.expired, expected.superseded)
+                        }
+                    },
+                );
+                if report.segments_rewritten > 0 {
+                    // A compaction that rewrote segments synced the log first, and its rewrites are
+                    // durable.
+                    for candidate in &mut self.worlds {
+                        candidate.make_durable();
+                    }
+                }
+                // (Not while a cut is armed: it could fall inside `verify`.)
+                if self.armed.is_none() {
+                    let store = self.store().clone();
+                    self.check_files(&store, "after compact");
+                }
+            }
+            Err(e) if self.disk.is_powered_off() => {
+                // Segments are rewritten one after the other: any part of the reclaims may be done.
+                for candidate in &mut self.worlds {
+                    let views = candidate.views();
+                    let base = candidate.current().clone();
+                    for model in base.model.compact_cut_short(now, &views) {
+                        candidate.history.push(State {
+                            model,
+                            pins: base.pins.clone(),
+                        });
+                    }
+                }
+                if trace_on() {
+                    eprintln!("  compact in flight at the power cut: {e}");
+                }
+                self.power_cut();
+            }
+            Err(e) => panic!("step {}: compact failed with the power on: {e:?}", self.step),
+        }
+    }
+
+    fn open_pinned(&mut self, name: &'static str, query: &QuerySpec, refs: &[Ref]) {
+        let texts: Vec<String> = refs.iter().map(ref_text).collect();
+        let cuts = self.cuts;
+        let mut handle = None;
+        let actual = match self.store().open_snapshot(name) {
+            Err(Error::SnapshotNotFound { .. }) => Ok(None),
+            Err(e) => Err(e),
+            Ok(snapshot) => {
+                let answer = snapshot.get(&query.query()).and_then(|items| {
+                    Ok((
+                        snapshot.seq(),
+                        snapshot.taken_at(),
+                        snapshot.session().map(str::to_owned),
+                        items,
+                        snapshot.resolve(&texts)?,
+                        snapshot.digest()?,
+                    ))
+                });
+                handle = Some(snapshot);
+                answer.map(Some)
+            }
+        };
+        self.settle("open_snapshot", actual, false, |c| {
+            c.current().pins.get(name).map(|pin| {
+                (
+                    pin.seq,
+                    pin.view.taken_at,
+                    pin.view.session.map(str::to_owned),
+                    pin.view.get(query),
+                    pin.view.resolve(refs),
+                    pin.view.digest(),
+                )
+            })
+        });
+        if let (Some(snapshot), true) = (handle, self.cuts == cuts) {
+            self.keep_snapshot(snapshot, |c| match c.current().pins.get(name) {
+                Some(pin) => pin.view.clone(),
+                None => panic!("an opened pin the model does not have"),
+            });
+        }
+    }
+
+    /// The end of a run: the store shows a current state, closes cleanly into one checkpoint, and
+    /// shows the same state when opened again.
+    fn finish(&mut self) {
+        if self.armed.take().is_some() {
+            // Disarms a cut that was never reached.
+            self.disk.cut_power_after(u64::MAX);
+        }
+        let store = self.store().clone();
+        self.check_current(&store, "at the end");
+        self.check_files(&store, "at the end");
+        drop(store);
+        self.handles.clear();
+        drop(self.store.take());
+        let names = self.disk.file_names(Path::new(DIR));
+        let checkpoints = names.iter().filter(|name| name.starts_with("checkpoint-")).count();
+        assert!(
+            checkpoints == 1 && !names.iter().any(|name| name.ends_with(".tmp")),
+            "after a clean close the files are {names:?}"
+        );
+        let store = match self.open(&self.disk) {
+            Ok(store) => store,
+            Err(e) => panic!("reopening at the end failed: {e:?}"),
+        };
+        self.check_current(&store, "after the last reopen");
+    }
+}
+
+/// Runs the operations `data` encodes (see the module documentation) on a fresh simulated disk and
+/// on the model, and panics at the first answer or recovered state the model does not allow.
+pub fn run(data: &[u8]) {
+    run_on(data, SimDisk::new());
+}
+
+/// [`run`] on `disk`, an empty simulated disk set up by the caller (for instance with its syncs
+/// switched off, to check that the target notices).
+pub fn run_on(data: &[u8], disk: SimDisk) {
+    let (durability, compress, ops) = decode(data);
+    let trace = trace_on();
+    if trace {
+        eprintln!("{durability:?}, compress {compress}, {} operations", ops.len());
+    }
+    // See the module documentation: unsynced writes may survive in any order.
+    disk.set_reorder_unsynced(true);
+    let mut run = Run {
+        durability,
+        compress,
+        clock: Arc::new(ManualClock::new(START)),
+        disk,
+        store: None,
+        handles: Vec::new(),
+        worlds: vec![Candidate {
+            history: vec![State::default()],
+            snaps: Vec::new(),
+        }],
+        last_seq: 0,
+        armed: None,
+        cuts: 0,
+        step: 0,
+    };
+    let store = match run.open(&run.disk) {
+        Ok(store) => store,
+        Err(e) => panic!("opening a fresh store failed: {e:?}"),
+    };
+    run.store = Some(store);
+    for (step, op) in ops.iter().enumerate() {
+        run.step = step;
+        if trace {
+            eprintln!("{step}: {op:?}");
+        }
+        run.op(op);
+        if run.disk.is_powered_off() {
+            run.power_cut();
+        }
+    }
+    run.finish();
+}
