@@ -281,57 +281,63 @@ fn check_no_tmp(dir: &Path, what: &str) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-fn run(ops: &[Op]) -> Result<(), TestCaseError> {
-    let dir = tempfile::tempdir().map_err(|e| TestCaseError::fail(format!("tempdir: {e}")))?;
-    let clock = Arc::new(ManualClock::new(START));
-    let mut store = Some(open(dir.path(), &clock)?);
-    let mut state = State::default();
-    // Live snapshot handles, each with its model.
-    let mut snaps: Vec<(Snapshot, View)> = Vec::new();
-    let mut last_seq = 0u64;
+/// One case: a store in its directory, and the model beside it.
+struct Case {
+    dir: tempfile::TempDir,
+    clock: Arc<ManualClock>,
+    /// The store, open between operations.
+    store: Option<Store>,
+    state: State,
+    /// Live snapshot handles, each with its model.
+    snaps: Vec<(Snapshot, View)>,
+    last_seq: u64,
+}
 
-    for (step, op) in ops.iter().enumerate() {
-        let s = store.as_ref().expect("store is open between steps");
-        let now = clock.now();
+impl Case {
+    fn new() -> Result<Case, TestCaseError> {
+        let dir = tempfile::tempdir().map_err(|e| TestCaseError::fail(format!("tempdir: {e}")))?;
+        let clock = Arc::new(ManualClock::new(START));
+        let store = Some(open(dir.path(), &clock)?);
+        Ok(Case {
+            dir,
+            clock,
+            store,
+            state: State::default(),
+            snaps: Vec::new(),
+            last_seq: 0,
+        })
+    }
+
+    fn store(&self) -> &Store {
+        self.store.as_ref().expect("store is open between steps")
+    }
+
+    /// Runs `op` on the store and on the model, and compares their answers.
+    fn op(&mut self, step: usize, op: &Op) -> Result<(), TestCaseError> {
+        let now = self.clock.now();
+        let (s, state) = (self.store(), &self.state);
         match op {
-            Op::Add { view, items } => {
-                let items: Vec<ContextItem> = items.iter().map(ItemSpec::item).collect();
-                let result = match view {
-                    None => s.add(items.clone()),
-                    Some(session) => s.session(session).add(items.clone()),
-                };
-                let actual =
-                    StoreAdd::read(result).map_err(|e| TestCaseError::fail(format!("step {step}: add error {e:?}")))?;
-                match actual.batch_seq(last_seq) {
-                    Ok(seq) => last_seq = seq.unwrap_or(last_seq),
-                    Err(wrong) => return Err(TestCaseError::fail(format!("step {step}: {wrong}"))),
-                }
-                let expected = state.model.add(&items, *view, step, denied_at(&actual.answer));
-                prop_assert_eq!(actual.answer, expected, "step {}: add", step);
-            }
+            Op::Add { view, items } => self.add(step, *view, items)?,
             Op::Delete(id) => {
-                let expected = state.model.delete(id);
                 let actual = s.delete(id).map_err(|e| fail("delete", e))?;
-                prop_assert_eq!(actual, expected, "step {}: delete({})", step, id);
+                prop_assert_eq!(actual, self.state.model.delete(id), "step {}: delete({})", step, id);
             }
             Op::Get { view, query } => {
-                let expected = state.model.get(query, *view, now);
                 let actual = match view {
                     None => s.get(&query.query()),
                     Some(session) => s.session(session).get(&query.query()),
                 }
                 .map_err(|e| fail("get", e))?;
-                prop_assert_eq!(actual, expected, "step {}: get", step);
+                prop_assert_eq!(actual, state.model.get(query, *view, now), "step {}: get", step);
             }
             Op::Resolve { view, refs } => {
-                let expected = state.model.resolve(refs, *view, now);
                 let texts: Vec<String> = refs.iter().map(ref_text).collect();
                 let actual = match view {
                     None => s.resolve(&texts),
                     Some(session) => s.session(session).resolve(&texts),
                 }
                 .map_err(|e| fail("resolve", e))?;
-                prop_assert_eq!(actual, expected, "step {}: resolve", step);
+                prop_assert_eq!(actual, state.model.resolve(refs, *view, now), "step {}: resolve", step);
             }
             Op::Snapshot { view } => {
                 let snapshot = match view {
@@ -346,62 +352,35 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
                     session: *view,
                     step,
                 };
-                snaps.push((snapshot, model));
+                self.snaps.push((snapshot, model));
             }
             Op::GetSnap { snap, query } => {
-                if snaps.is_empty() {
-                    continue;
+                if let Some((snapshot, model)) = self.snaps.get(snap % self.snaps.len().max(1)) {
+                    let actual = snapshot.get(&query.query()).map_err(|e| fail("snapshot get", e))?;
+                    prop_assert_eq!(actual, model.get(query), "step {}: snapshot get", step);
                 }
-                let (snapshot, model) = &snaps[snap % snaps.len()];
-                let actual = snapshot.get(&query.query()).map_err(|e| fail("snapshot get", e))?;
-                prop_assert_eq!(actual, model.get(query), "step {}: snapshot get", step);
             }
             Op::ResolveSnap { snap, refs } => {
-                if snaps.is_empty() {
-                    continue;
+                if let Some((snapshot, model)) = self.snaps.get(snap % self.snaps.len().max(1)) {
+                    let texts: Vec<String> = refs.iter().map(ref_text).collect();
+                    let actual = snapshot.resolve(&texts).map_err(|e| fail("snapshot resolve", e))?;
+                    prop_assert_eq!(actual, model.resolve(refs), "step {}: snapshot resolve", step);
                 }
-                let (snapshot, model) = &snaps[snap % snaps.len()];
-                let texts: Vec<String> = refs.iter().map(ref_text).collect();
-                let actual = snapshot.resolve(&texts).map_err(|e| fail("snapshot resolve", e))?;
-                prop_assert_eq!(actual, model.resolve(refs), "step {}: snapshot resolve", step);
             }
-            Op::Advance(secs) => clock.advance(*secs),
-            Op::Reopen => {
-                // Snapshots of the closed handle are not carried over.
-                snaps.clear();
-                drop(store.take());
-                store = Some(open(dir.path(), &clock)?);
-                // Everything acknowledged survives, pins included.
-                let s = store.as_ref().expect("store is open");
-                check_observation(s, &state, now, &format!("step {step}: after reopen"))?;
-                check_verify(s, &format!("step {step}: after reopen"))?;
-            }
-            Op::Compact => {
-                let views = state.views(snaps.iter().map(|(_, model)| model));
-                let expected = state.model.compact(now, &views);
-                let report = s.compact().map_err(|e| fail("compact", e))?;
-                prop_assert_eq!(
-                    (report.reclaimed_expired, report.reclaimed_superseded),
-                    (expected.expired, expected.superseded),
-                    "step {}: expired and superseded versions reclaimed ({:?})",
-                    step,
-                    report
-                );
-                check_verify(s, &format!("step {step}: after compact"))?;
-                check_no_tmp(dir.path(), &format!("step {step}: after compact"))?;
-            }
+            Op::Advance(secs) => self.clock.advance(*secs),
+            Op::Reopen => self.reopen(&format!("step {step}: after reopen"))?,
+            Op::Compact => self.compact(step, now)?,
             Op::Pin { name, view } => {
                 let seq_before = s.stats().seq;
                 let actual = pin_in_store(s, name, *view, seq_before, now, step).map_err(|e| fail("pin", e))?;
-                let expected = state.pin(name, seq_before, now, *view, step);
+                let expected = self.state.pin(name, seq_before, now, *view, step);
                 prop_assert_eq!(actual, expected, "step {}: pin({})", step, name);
-                check_pin_list(s, &state, &format!("step {step}: after pin"))?;
+                check_pin_list(self.store(), &self.state, &format!("step {step}: after pin"))?;
             }
             Op::Unpin(name) => {
-                let expected = state.unpin(name);
                 let actual = s.unpin_snapshot(name).map_err(|e| fail("unpin", e))?;
-                prop_assert_eq!(actual, expected, "step {}: unpin({})", step, name);
-                check_pin_list(s, &state, &format!("step {step}: after unpin"))?;
+                prop_assert_eq!(actual, self.state.unpin(name), "step {}: unpin({})", step, name);
+                check_pin_list(self.store(), &self.state, &format!("step {step}: after unpin"))?;
             }
             Op::OpenPinned { name, query, refs } => match state.pins.get(name) {
                 None => {
@@ -413,30 +392,81 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
                 }
                 Some(pin) => {
                     let snapshot = check_pinned(s, name, pin, query, refs, &format!("step {step}"))?;
-                    snaps.push((snapshot, pin.view.clone()));
+                    self.snaps.push((snapshot, pin.view.clone()));
                 }
             },
         }
+        Ok(())
     }
 
-    let s = store.as_ref().expect("store is open");
-    let now = clock.now();
-    check_observation(s, &state, now, "at the end")?;
-    check_verify(s, "at the end")?;
-    // A clean close leaves exactly one checkpoint, and everything acknowledged (every pin, answering
-    // as when it was pinned, included) survives one more reopen.
-    snaps.clear();
-    drop(store.take());
-    let names = file_names(dir.path())?;
-    let checkpoints = names.iter().filter(|name| name.starts_with("checkpoint-")).count();
-    prop_assert!(
-        checkpoints == 1 && !names.iter().any(|name| name.ends_with(".tmp")),
-        "after a clean close the files are {:?}",
-        names
-    );
-    let s = open(dir.path(), &clock)?;
-    check_observation(&s, &state, now, "after the final reopen")?;
-    Ok(())
+    fn add(&mut self, step: usize, view: Option<&'static str>, items: &[ItemSpec]) -> Result<(), TestCaseError> {
+        let items: Vec<ContextItem> = items.iter().map(ItemSpec::item).collect();
+        let result = match view {
+            None => self.store().add(items.clone()),
+            Some(session) => self.store().session(session).add(items.clone()),
+        };
+        let actual =
+            StoreAdd::read(result).map_err(|e| TestCaseError::fail(format!("step {step}: add error {e:?}")))?;
+        match actual.batch_seq(self.last_seq) {
+            Ok(seq) => self.last_seq = seq.unwrap_or(self.last_seq),
+            Err(wrong) => return Err(TestCaseError::fail(format!("step {step}: {wrong}"))),
+        }
+        let expected = self.state.model.add(&items, view, step, denied_at(&actual.answer));
+        prop_assert_eq!(actual.answer, expected, "step {}: add", step);
+        Ok(())
+    }
+
+    /// Closes the store and opens it again: snapshots of the closed handle are not carried over, and
+    /// everything acknowledged survives, pins included.
+    fn reopen(&mut self, what: &str) -> Result<(), TestCaseError> {
+        self.snaps.clear();
+        drop(self.store.take());
+        self.store = Some(open(self.dir.path(), &self.clock)?);
+        check_observation(self.store(), &self.state, self.clock.now(), what)?;
+        check_verify(self.store(), what)
+    }
+
+    fn compact(&mut self, step: usize, now: i64) -> Result<(), TestCaseError> {
+        let views = self.state.views(self.snaps.iter().map(|(_, model)| model));
+        let expected = self.state.model.compact(now, &views);
+        let report = self.store().compact().map_err(|e| fail("compact", e))?;
+        prop_assert_eq!(
+            (report.reclaimed_expired, report.reclaimed_superseded),
+            (expected.expired, expected.superseded),
+            "step {}: expired and superseded versions reclaimed ({:?})",
+            step,
+            report
+        );
+        check_verify(self.store(), &format!("step {step}: after compact"))?;
+        check_no_tmp(self.dir.path(), &format!("step {step}: after compact"))
+    }
+
+    /// The end of a case: the store shows the model's state and verifies clean; a clean close
+    /// leaves exactly one checkpoint; and everything acknowledged (every pin, answering as when it
+    /// was pinned, included) survives one more reopen.
+    fn finish(mut self) -> Result<(), TestCaseError> {
+        check_observation(self.store(), &self.state, self.clock.now(), "at the end")?;
+        check_verify(self.store(), "at the end")?;
+        self.snaps.clear();
+        drop(self.store.take());
+        let names = file_names(self.dir.path())?;
+        let checkpoints = names.iter().filter(|name| name.starts_with("checkpoint-")).count();
+        prop_assert!(
+            checkpoints == 1 && !names.iter().any(|name| name.ends_with(".tmp")),
+            "after a clean close the files are {:?}",
+            names
+        );
+        let s = open(self.dir.path(), &self.clock)?;
+        check_observation(&s, &self.state, self.clock.now(), "after the final reopen")
+    }
+}
+
+fn run(ops: &[Op]) -> Result<(), TestCaseError> {
+    let mut case = Case::new()?;
+    for (step, op) in ops.iter().enumerate() {
+        case.op(step, op)?;
+    }
+    case.finish()
 }
 
 proptest! {

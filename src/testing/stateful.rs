@@ -336,25 +336,7 @@ impl Run {
         let now = self.clock.now();
         let step = self.step;
         match op {
-            Op::Add { view, items } => {
-                let batch: Vec<ContextItem> = items.iter().map(ItemSpec::item).collect();
-                let store = self.store();
-                let result = match view {
-                    None => store.add(batch.clone()),
-                    Some(session) => store.session(session).add(batch.clone()),
-                };
-                let actual = StoreAdd::read(result).map(|added| {
-                    match added.batch_seq(self.last_seq) {
-                        Ok(seq) => self.last_seq = seq.unwrap_or(self.last_seq),
-                        Err(wrong) => panic!("step {step}: {wrong}"),
-                    }
-                    added.answer
-                });
-                let denied = actual.as_ref().ok().and_then(denied_at);
-                self.settle("add", actual, true, |c| {
-                    c.current_mut().model.add(&batch, *view, step, denied)
-                });
-            }
+            Op::Add { view, items } => self.add(*view, items),
             Op::Delete(id) => {
                 let actual = self.store().delete(id);
                 self.settle("delete", actual, true, |c| c.current_mut().model.delete(id));
@@ -393,33 +375,10 @@ impl Run {
                     step,
                 });
             }
-            Op::ReadSnap { snap, query, refs } => {
-                if self.handles.is_empty() {
-                    return;
-                }
-                let at = snap % self.handles.len();
-                let Some(handle) = self.handles.get(at) else { return };
-                let texts: Vec<String> = refs.iter().map(ref_text).collect();
-                let actual = handle
-                    .get(&query.query())
-                    .and_then(|items| Ok((items, handle.resolve(&texts)?)));
-                self.settle("snapshot get and resolve", actual, false, |c| match c.snaps.get(at) {
-                    Some(view) => (view.get(query), view.resolve(refs)),
-                    None => panic!("a live snapshot the model does not have"),
-                });
-            }
+            Op::ReadSnap { snap, query, refs } => self.read_snapshot(*snap, query, refs),
             Op::Advance(secs) => self.clock.advance(*secs),
             Op::Compact => self.compact(now),
-            Op::Pin { name, view } => {
-                let store = self.store();
-                let seq_before = store.stats().seq;
-                let actual =
-                    pin_in_store(store, name, *view, seq_before, now, step).map(|answer| (answer, listed_pins(store)));
-                self.settle("pin", actual, true, |c| {
-                    let state = c.current_mut();
-                    (state.pin(name, seq_before, now, *view, step), state.pin_list())
-                });
-            }
+            Op::Pin { name, view } => self.pin(name, *view, now),
             Op::Unpin(name) => {
                 let store = self.store();
                 let actual = store.unpin_snapshot(name).map(|existed| (existed, listed_pins(store)));
@@ -436,30 +395,7 @@ impl Run {
                     candidate.make_durable();
                 }
             }
-            Op::Reopen => {
-                self.handles.clear();
-                drop(self.store.take());
-                match self.open(&self.disk) {
-                    Ok(store) => {
-                        // A clean close syncs everything.
-                        for candidate in &mut self.worlds {
-                            candidate.snaps.clear();
-                            candidate.make_durable();
-                        }
-                        dedup(&mut self.worlds);
-                        self.check_current(&store, "after a clean reopen");
-                        self.last_seq = store.stats().seq;
-                        self.store = Some(store);
-                    }
-                    Err(e) if self.disk.is_powered_off() => {
-                        if trace_on() {
-                            eprintln!("  reopen in flight at the power cut: {e}");
-                        }
-                        self.power_cut();
-                    }
-                    Err(e) => panic!("step {step}: reopening failed with the power on: {e:?}"),
-                }
-            }
+            Op::Reopen => self.reopen(),
             Op::Crash { seed, recovery_cut } => self.crash(*seed, *recovery_cut),
             Op::CutPower { after, seed } => {
                 if self.armed.is_none() {
@@ -467,6 +403,80 @@ impl Run {
                     self.armed = Some(*seed);
                 }
             }
+        }
+    }
+
+    fn add(&mut self, view: Option<&'static str>, items: &[ItemSpec]) {
+        let step = self.step;
+        let batch: Vec<ContextItem> = items.iter().map(ItemSpec::item).collect();
+        let store = self.store();
+        let result = match view {
+            None => store.add(batch.clone()),
+            Some(session) => store.session(session).add(batch.clone()),
+        };
+        let actual = StoreAdd::read(result).map(|added| {
+            match added.batch_seq(self.last_seq) {
+                Ok(seq) => self.last_seq = seq.unwrap_or(self.last_seq),
+                Err(wrong) => panic!("step {step}: {wrong}"),
+            }
+            added.answer
+        });
+        let denied = actual.as_ref().ok().and_then(denied_at);
+        self.settle("add", actual, true, |c| {
+            c.current_mut().model.add(&batch, view, step, denied)
+        });
+    }
+
+    /// Reads the live snapshot `snap % count` with `get` and `resolve` (nothing when there is none).
+    fn read_snapshot(&mut self, snap: usize, query: &QuerySpec, refs: &[Ref]) {
+        if self.handles.is_empty() {
+            return;
+        }
+        let at = snap % self.handles.len();
+        let Some(handle) = self.handles.get(at) else { return };
+        let texts: Vec<String> = refs.iter().map(ref_text).collect();
+        let actual = handle
+            .get(&query.query())
+            .and_then(|items| Ok((items, handle.resolve(&texts)?)));
+        self.settle("snapshot get and resolve", actual, false, |c| match c.snaps.get(at) {
+            Some(view) => (view.get(query), view.resolve(refs)),
+            None => panic!("a live snapshot the model does not have"),
+        });
+    }
+
+    fn pin(&mut self, name: &'static str, view: Option<&'static str>, now: i64) {
+        let step = self.step;
+        let store = self.store();
+        let seq_before = store.stats().seq;
+        let actual = pin_in_store(store, name, view, seq_before, now, step).map(|answer| (answer, listed_pins(store)));
+        self.settle("pin", actual, true, |c| {
+            let state = c.current_mut();
+            (state.pin(name, seq_before, now, view, step), state.pin_list())
+        });
+    }
+
+    /// Closes the store and opens it again: a clean close syncs everything.
+    fn reopen(&mut self) {
+        self.handles.clear();
+        drop(self.store.take());
+        match self.open(&self.disk) {
+            Ok(store) => {
+                for candidate in &mut self.worlds {
+                    candidate.snaps.clear();
+                    candidate.make_durable();
+                }
+                dedup(&mut self.worlds);
+                self.check_current(&store, "after a clean reopen");
+                self.last_seq = store.stats().seq;
+                self.store = Some(store);
+            }
+            Err(e) if self.disk.is_powered_off() => {
+                if trace_on() {
+                    eprintln!("  reopen in flight at the power cut: {e}");
+                }
+                self.power_cut();
+            }
+            Err(e) => panic!("step {}: reopening failed with the power on: {e:?}", self.step),
         }
     }
 
