@@ -110,7 +110,7 @@ for name, text in ranges.items():
     write("time_range", name, text)
 
 
-# stateful: store operations (see src/fuzzing/stateful.rs for the encoding). The first byte picks the
+# stateful: store operations (see src/testing/stateful/ops.rs for the encoding). The first byte picks the
 # durability (bit 0: Immediate or Never) and compression (bit 1: Options::compress_content); each
 # operation is an opcode byte (mod 20) and its arguments.
 VIEW = {None: 0, "s1": 4, "s2": 5}

@@ -180,7 +180,7 @@ impl Maintenance {
             .compaction
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        // Another checkpoint (`ctxlog::bench`'s) may have been written in between.
+        // Another checkpoint (`ctxlog::testing::bench`'s) may have been written in between.
         if !due(shared) {
             self.due_since = None;
             return ControlFlow::Continue(());

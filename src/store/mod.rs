@@ -130,7 +130,7 @@ impl Store {
         Options::new().open(path)
     }
 
-    /// The state the store's threads share (for the fuzzing module's checks).
+    /// The state the store's threads share (for `ctxlog::testing`'s checks).
     #[cfg(feature = "testing")]
     pub(crate) fn shared(&self) -> &crate::engine::shared::Shared {
         &self.inner.shared
@@ -189,7 +189,7 @@ impl Store {
         self.add_checked(items, None)
     }
 
-    /// Writes a checkpoint now, as the maintenance thread does (for `ctxlog::bench`).
+    /// Writes a checkpoint now, as the maintenance thread does (for `ctxlog::testing::bench`).
     #[cfg(feature = "testing")]
     pub(crate) fn checkpoint_now(&self) -> Result<u64> {
         let shared = &self.inner.shared;
