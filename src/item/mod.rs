@@ -9,7 +9,7 @@ mod describe;
 mod hash;
 mod json;
 #[cfg(test)]
-mod test_support;
+pub(crate) mod test_support;
 mod types;
 mod validate;
 

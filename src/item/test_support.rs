@@ -7,7 +7,7 @@ use super::{ContextItem, Scope};
 use crate::error::{Error, Result};
 
 /// A valid item of a built-in type, in the global read-only scope.
-pub(super) fn item() -> ContextItem {
+pub(crate) fn item() -> ContextItem {
     ContextItem::new(
         "ch3",
         "document_chunk",

@@ -70,20 +70,9 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::item::{content_hash, Scope};
+    use crate::item::content_hash;
+    use crate::item::test_support::item;
     use crate::limits;
-
-    fn item() -> ContextItem {
-        ContextItem::new(
-            "ch3",
-            "document_chunk",
-            json!({"text": "hello"}),
-            "crm_export",
-            1_715_299_200,
-            "20240510.1",
-            Scope::GlobalReadonly,
-        )
-    }
 
     fn validate(item: ContextItem) -> Result<ValidItem> {
         validate_item(item, &TypeRegistry::default(), limits::CONTENT_BYTES_DEFAULT, true)
