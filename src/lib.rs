@@ -35,6 +35,7 @@ mod index;
 mod item;
 pub mod limits;
 mod log;
+mod num;
 mod parallel;
 mod read;
 mod snapshot;

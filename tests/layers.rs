@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[(&str, u32, &str)] = &[
     ("error", 0, "base"),
     ("limits", 0, "base"),
+    ("num", 0, "base"),
     ("clock", 0, "base"),
     ("time", 0, "base"),
     ("storage", 0, "base"),
