@@ -129,6 +129,21 @@ pub enum Error {
         /// The answer given now.
         found: String,
     },
+    /// The changes or the moment asked for are older than the history the store keeps: compaction
+    /// has reclaimed records they need.
+    #[error("history compacted: the oldest change still available follows seq {oldest_available}")]
+    HistoryCompacted {
+        /// The smallest `after` the change feed accepts (`Store::history_start`).
+        oldest_available: u64,
+    },
+    /// A subscriber fell more than `Options::subscription_buffer` changes behind: its
+    /// subscription has ended. Subscribing again with `after(resume_after)` loses nothing while
+    /// that history is retained.
+    #[error("subscription lagged: subscribe again after seq {resume_after}")]
+    Lagged {
+        /// The seq of the last change the subscriber received whole.
+        resume_after: u64,
+    },
     /// The store is shutting down.
     #[error("the store is closed")]
     Closed,

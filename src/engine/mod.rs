@@ -6,6 +6,7 @@
 pub(crate) mod checkpoint;
 pub(crate) mod commands;
 pub(crate) mod compaction;
+pub(crate) mod history;
 pub(crate) mod maintenance;
 pub(crate) mod recovery;
 pub(crate) mod shared;
