@@ -1,0 +1,166 @@
+//! The change feed read from the log: [`Changes`], every change committed after a sequence
+//! number, in order, each once. It reads the segments sequentially, frame by frame (sealed ones
+//! from their maps), and decodes only the records' headers and identities, never their content.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use super::change::Change;
+use crate::error::{Error, Result};
+use crate::item::hash::format_hash;
+use crate::log::record::{decode_batch, read_frame, RecordView, FRAME_HEADER_BYTES};
+use crate::log::segment::{Segment, SEGMENT_HEADER_BYTES};
+
+/// Every durable change with a sequence number above a starting point, in sequence order, each
+/// exactly once ([`crate::Store::changes`]). It ends at the store's last sequence number as it was
+/// when the iterator was made; [`Change::Expired`] is never in it (expiries are not commits).
+///
+/// The iterator holds the segments it reads: compaction may rewrite them meanwhile, and it goes on
+/// reading the bytes as they were. An item is an error only if a frame cannot be read back (the
+/// segment is damaged); the iterator ends after it.
+pub struct Changes {
+    /// The segments from the one holding the first change on, in order, each with the bytes of it
+    /// to read (its published length when the iterator was made).
+    segments: VecDeque<(Arc<Segment>, u64)>,
+    /// Where the next frame starts in the first segment.
+    offset: u64,
+    /// Changes at or below this seq are skipped.
+    after: u64,
+    /// The store's last sequence number when the iterator was made: nothing past it is read.
+    last: u64,
+    /// The decoded changes of the frame being delivered.
+    pending: VecDeque<Change>,
+    /// Set once an error was returned: the iterator ends.
+    failed: bool,
+}
+
+impl Changes {
+    /// The changes after `after`, read from `segments` (every segment of the store in number order,
+    /// with the bytes published in each) up to `last`.
+    pub(crate) fn new(segments: Vec<(Arc<Segment>, u64)>, after: u64, last: u64) -> Changes {
+        // The first segment to read is the last one that starts at or before the first change.
+        let first = segments
+            .iter()
+            .rposition(|(segment, _)| segment.base_seq <= after.saturating_add(1))
+            .unwrap_or(0);
+        Changes {
+            segments: segments.into_iter().skip(first).collect(),
+            offset: SEGMENT_HEADER_BYTES as u64,
+            after,
+            last,
+            pending: VecDeque::new(),
+            failed: after >= last,
+        }
+    }
+
+    /// Reads the next frame with changes to deliver into `pending`; `Ok(false)` at the end.
+    fn fill(&mut self) -> Result<bool> {
+        loop {
+            let Some((segment, end)) = self.segments.front() else {
+                return Ok(false);
+            };
+            let (segment, end) = (Arc::clone(segment), *end);
+            if self.offset + FRAME_HEADER_BYTES as u64 > end {
+                self.segments.pop_front();
+                self.offset = SEGMENT_HEADER_BYTES as u64;
+                continue;
+            }
+            let head = segment.read(self.offset, FRAME_HEADER_BYTES as u32)?;
+            let (len, seq) = frame_len_and_seq(&head);
+            if seq > self.last {
+                self.segments.clear();
+                return Ok(false);
+            }
+            let frame_len = FRAME_HEADER_BYTES as u64 + u64::from(len);
+            let at = self.offset;
+            self.offset += frame_len;
+            if seq <= self.after {
+                continue;
+            }
+            let frame_len = u32::try_from(frame_len).map_err(|_| corrupt(&segment, at, "frame length overflow".into()))?;
+            let bytes = segment.read(at, frame_len)?;
+            let (_, payload) = read_frame(&bytes).map_err(|e| corrupt(&segment, at, format!("{e:?}")))?;
+            let records = decode_batch(payload).map_err(|e| corrupt(&segment, at, e.0))?;
+            decode_changes(seq, records.into_iter().map(|(_, _, record)| record), &mut self.pending);
+            if !self.pending.is_empty() {
+                return Ok(true);
+            }
+        }
+    }
+}
+
+impl Iterator for Changes {
+    type Item = Result<Change>;
+
+    fn next(&mut self) -> Option<Result<Change>> {
+        loop {
+            if let Some(change) = self.pending.pop_front() {
+                return Some(Ok(change));
+            }
+            if self.failed {
+                return None;
+            }
+            match self.fill() {
+                Ok(true) => {}
+                Ok(false) => {
+                    self.failed = true;
+                    return None;
+                }
+                Err(e) => {
+                    self.failed = true;
+                    return Some(Err(e));
+                }
+            }
+        }
+    }
+}
+
+/// The payload length and sequence number of the frame header `head` (checked with the whole frame
+/// when it is read).
+fn frame_len_and_seq(head: &[u8]) -> (u32, u64) {
+    let mut len = [0u8; 4];
+    let mut seq = [0u8; 8];
+    if let (Some(l), Some(s)) = (head.get(0..4), head.get(9..17)) {
+        len.copy_from_slice(l);
+        seq.copy_from_slice(s);
+    }
+    (u32::from_le_bytes(len), u64::from_le_bytes(seq))
+}
+
+fn corrupt(segment: &Segment, offset: u64, reason: String) -> Error {
+    Error::Corrupt {
+        file: segment.path.clone(),
+        offset,
+        reason: format!("reading the change feed: {reason}"),
+    }
+}
+
+/// The changes the records of the batch `seq` committed, appended to `out` in the batch's order.
+pub(crate) fn decode_changes<'a>(seq: u64, records: impl Iterator<Item = RecordView<'a>>, out: &mut VecDeque<Change>) {
+    let mut committed_at = 0;
+    for record in records {
+        match record {
+            RecordView::SyncMark { committed_at: at, .. } => committed_at = at.unwrap_or(0),
+            RecordView::Put(put) => out.push_back(Change::Added {
+                seq,
+                committed_at,
+                id: put.id.to_owned(),
+                version: put.version.to_owned(),
+                hash: format_hash(&put.hash),
+                kind: put.kind.to_owned(),
+                scope: put.scope.to_scope(),
+                timestamp: put.timestamp,
+            }),
+            RecordView::Delete { id, scope } => out.push_back(Change::Deleted {
+                seq,
+                committed_at,
+                id: id.to_owned(),
+                scope: scope.map_or(crate::item::Scope::GlobalWritable, |scope| scope.to_scope()),
+            }),
+            RecordView::RegisterType { .. }
+            | RecordView::Retired { .. }
+            | RecordView::Pin { .. }
+            | RecordView::Unpin { .. } => {}
+        }
+    }
+}
