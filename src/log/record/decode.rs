@@ -1,6 +1,8 @@
 //! Decoding: a batch payload taken apart into its records, and each record's body read into a
 //! [`RecordView`] borrowing the bytes.
 
+use crate::num;
+
 use super::cursor::Cursor;
 use super::kinds::{PutView, RecordTag, RecordView, ScopeTag, ScopeView, FLAG_CONFIDENCE, FLAG_LZ4, FLAG_TTL};
 use super::{bad, DecodeError, RECORD_HEADER_BYTES};
@@ -50,13 +52,13 @@ pub(crate) fn split_batch(payload: &[u8]) -> Result<Vec<RawRecord<'_>>, DecodeEr
     let count = cursor.u32("record count")?;
     // Each record takes at least a header: never trust the count for an allocation.
     let max_records = payload.len() / RECORD_HEADER_BYTES;
-    if usize::try_from(count).unwrap_or(usize::MAX) > max_records {
+    if num::usize_from_u32(count) > max_records {
         return Err(bad(format!(
             "record count {count} cannot fit in {} bytes",
             payload.len()
         )));
     }
-    let mut records = Vec::with_capacity(usize::try_from(count).unwrap_or(0));
+    let mut records = Vec::with_capacity(num::usize_from_u32(count));
     for _ in 0..count {
         let start = cursor.position();
         let (tag, crc, body) = next_record(&mut cursor)?;
@@ -77,7 +79,7 @@ pub(crate) fn split_batch(payload: &[u8]) -> Result<Vec<RawRecord<'_>>, DecodeEr
 /// The next record's header at `cursor` (tag and stored body CRC) and its body, not yet checked.
 fn next_record<'a>(cursor: &mut Cursor<'a>) -> Result<(u8, u32, &'a [u8]), DecodeError> {
     let tag = cursor.u8("record tag")?;
-    let body_len = usize::try_from(cursor.u32("record length")?).unwrap_or(usize::MAX);
+    let body_len = num::usize_from_u32(cursor.u32("record length")?);
     let crc = cursor.u32("record crc")?;
     let body = cursor.take(body_len, "record body")?;
     Ok((tag, crc, body))
@@ -190,7 +192,7 @@ fn decode_put<'a>(c: &mut Cursor<'a>) -> Result<PutView<'a>, DecodeError> {
     let session = c.str(session_len, "session_id")?;
     let source_len = usize::from(c.u16("source length")?);
     let source = c.str(source_len, "source")?;
-    let content_len = usize::try_from(c.u32("content length")?).unwrap_or(usize::MAX);
+    let content_len = num::usize_from_u32(c.u32("content length")?);
     let content = c.take(content_len, "content")?;
     let scope_tag = ScopeTag::try_from(scope_byte)?;
     let scope = match scope_tag {

@@ -4,6 +4,7 @@
 use crate::error::{Error, Result};
 use crate::item::{Scope, TypeSpec};
 use crate::limits::FRAME_PAYLOAD_BYTES_MAX;
+use crate::num;
 
 use super::kinds::{PutRef, RecordTag, ScopeTag, FLAG_CONFIDENCE, FLAG_LZ4, FLAG_TTL};
 use super::{FRAME_HEADER_BYTES, FRAME_KIND_BATCH, RECORD_HEADER_BYTES};
@@ -11,16 +12,17 @@ use super::{FRAME_HEADER_BYTES, FRAME_KIND_BATCH, RECORD_HEADER_BYTES};
 /// Content shorter than this is stored as it is: compressing it saves too little.
 const COMPRESS_BYTES_MIN: usize = 128;
 
-/// Bytes a string of at most `max` bytes takes after its length prefix; the caller validated lengths.
+/// Appends `s` after its length in one byte: an id, a type, a version, a session id or a snapshot
+/// name, which validation keeps within [`crate::limits::ID_BYTES_MAX`] (128) bytes.
 fn put_len_prefixed_u8(out: &mut Vec<u8>, s: &str) {
-    debug_assert!(s.len() <= usize::from(u8::MAX));
-    out.push(u8::try_from(s.len()).unwrap_or(u8::MAX));
+    out.push(num::bounded(s.len(), "name length"));
     out.extend_from_slice(s.as_bytes());
 }
 
+/// Appends `s` after its length in two bytes: a source or an id pattern, which validation keeps
+/// within [`crate::limits::SOURCE_BYTES_MAX`] and [`crate::limits::ID_PATTERN_BYTES_MAX`] bytes.
 fn put_len_prefixed_u16(out: &mut Vec<u8>, s: &str) {
-    debug_assert!(s.len() <= usize::from(u16::MAX));
-    out.extend_from_slice(&u16::try_from(s.len()).unwrap_or(u16::MAX).to_le_bytes());
+    out.extend_from_slice(&num::bounded::<u16, _>(s.len(), "source or id pattern length").to_le_bytes());
     out.extend_from_slice(s.as_bytes());
 }
 
@@ -33,7 +35,8 @@ fn push_record(out: &mut Vec<u8>, tag: RecordTag, body: impl FnOnce(&mut Vec<u8>
     body(out);
     let body_len = out.len() - body_start;
     let crc = crc32fast::hash(out.get(body_start..).unwrap_or_default());
-    let len_bytes = u32::try_from(body_len).unwrap_or(u32::MAX).to_le_bytes();
+    // A body is at most a put's fields and its content, within `limits::CONTENT_BYTES_MAX`.
+    let len_bytes = num::bounded::<u32, _>(body_len, "record body length").to_le_bytes();
     if let Some(slot) = out.get_mut(start + 1..start + 5) {
         slot.copy_from_slice(&len_bytes);
     }
@@ -59,8 +62,8 @@ fn compress_into(out: &mut Vec<u8>, content: &[u8]) -> bool {
     match written {
         Some(block_len) if block_len + 4 <= content.len() - content.len() / 8 => {
             out.truncate(block_at + block_len);
-            let field_len = u32::try_from(block_len + 4).unwrap_or(u32::MAX).to_le_bytes();
-            let content_len = u32::try_from(content.len()).unwrap_or(u32::MAX).to_le_bytes();
+            let field_len = num::bounded::<u32, _>(block_len + 4, "compressed content length").to_le_bytes();
+            let content_len = num::bounded::<u32, _>(content.len(), "content length").to_le_bytes();
             if let Some(slot) = out.get_mut(field_at..field_at + 4) {
                 slot.copy_from_slice(&field_len);
             }
@@ -116,7 +119,7 @@ fn put_body(out: &mut Vec<u8>, put: &PutRef<'_>) {
             *stored |= FLAG_LZ4;
         }
     } else {
-        out.extend_from_slice(&u32::try_from(put.content.len()).unwrap_or(u32::MAX).to_le_bytes());
+        out.extend_from_slice(&num::bounded::<u32, _>(put.content.len(), "content length").to_le_bytes());
         out.extend_from_slice(put.content);
     }
 }
@@ -251,12 +254,12 @@ impl BatchEncoder {
         if payload_len > FRAME_PAYLOAD_BYTES_MAX {
             return Err(Error::TooLarge {
                 what: "batch".into(),
-                len: payload_len as u64,
-                max: FRAME_PAYLOAD_BYTES_MAX as u64,
+                len: num::u64_from_usize(payload_len),
+                max: num::u64_from_usize(FRAME_PAYLOAD_BYTES_MAX),
                 index: None,
             });
         }
-        let len = u32::try_from(payload_len).unwrap_or(u32::MAX);
+        let len: u32 = num::bounded(payload_len, "frame payload length");
         let count = self.count.to_le_bytes();
         let header = {
             let mut h = [0u8; FRAME_HEADER_BYTES];

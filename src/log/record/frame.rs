@@ -2,6 +2,7 @@
 //! (its sequence number and sync mark set, its CRCs computed).
 
 use crate::limits::FRAME_PAYLOAD_BYTES_MAX;
+use crate::num;
 
 use super::cursor::Cursor;
 use super::decode::decode_record;
@@ -70,7 +71,7 @@ pub(crate) fn read_frame(bytes: &[u8]) -> Result<(FrameHeader, &[u8]), FrameErro
         return Err(FrameError::Short);
     };
     let header = FrameHeader { len, crc, kind, seq };
-    let len_usize = usize::try_from(len).unwrap_or(usize::MAX);
+    let len_usize = num::usize_from_u32(len);
     if len_usize > FRAME_PAYLOAD_BYTES_MAX {
         return Err(FrameError::Bad(format!(
             "frame length {len} is over the limit {FRAME_PAYLOAD_BYTES_MAX}"

@@ -3,6 +3,7 @@
 //! with its content and JSON).
 
 use crate::item::{ContextItem, Scope};
+use crate::num;
 
 use super::cursor::Cursor;
 use super::{bad, DecodeError};
@@ -136,7 +137,7 @@ impl<'a> PutView<'a> {
     /// The canonical length and the LZ4 block of compressed content, the length bounded.
     fn compressed_parts(&self) -> Result<(usize, &'a [u8]), DecodeError> {
         let mut c = Cursor::new(self.content);
-        let len = usize::try_from(c.u32("canonical content length")?).unwrap_or(usize::MAX);
+        let len = num::usize_from_u32(c.u32("canonical content length")?);
         // Never allocate what a length field claims before bounding it.
         if len > crate::limits::CONTENT_BYTES_MAX {
             return Err(bad(format!("compressed content claims {len} bytes, over the limit")));
