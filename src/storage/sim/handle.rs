@@ -5,6 +5,7 @@ use std::io;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use crate::num;
 use crate::storage::{Allocation, DirLock, SharedBytes, StorageFile};
 
 use super::state::{error, lock, Pending, State};
@@ -53,9 +54,8 @@ impl SimFile {
         let current = state.inode(self.inode)?.current.as_slice();
         let bytes = match len {
             None => current,
-            Some(len) => usize::try_from(len)
-                .ok()
-                .and_then(|len| current.get(..len))
+            Some(len) => current
+                .get(..num::usize_from_u64(len))
                 .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "mapping past the end of the file"))?,
         };
         let bytes: Arc<[u8]> = bytes.into();
@@ -83,7 +83,7 @@ impl StorageFile for SimFile {
             return Err(error(fault));
         }
         let bytes = &state.inode(self.inode)?.current;
-        let start = usize::try_from(offset).unwrap_or(usize::MAX);
+        let start = num::usize_from_u64(offset);
         let source = bytes
             .get(start..start.saturating_add(buf.len()))
             .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, format!("reading {}", self.path.display())))?;
@@ -102,7 +102,7 @@ impl StorageFile for SimFile {
                     bytes: bytes.to_vec(),
                 });
                 drop(state);
-                self.position += bytes.len() as u64;
+                self.position += num::u64_from_usize(bytes.len());
                 Ok(())
             }
             Some(Fault::ShortWrite) => {
@@ -159,13 +159,13 @@ impl StorageFile for SimFile {
             None => false,
         };
         let file = state.inode(self.inode)?;
-        let from = file.current.len() as u64;
+        let from = num::u64_from_usize(file.current.len());
         if from < len {
             file.change(match how {
                 // A write like any other: a power cut may keep any part of it, or none.
                 Allocation::Zeroed => Pending::Write {
                     offset: from,
-                    bytes: vec![0; usize::try_from(if short { (len - from) / 2 } else { len - from }).unwrap_or(0)],
+                    bytes: vec![0; num::usize_from_u64(if short { (len - from) / 2 } else { len - from })],
                 },
                 Allocation::Reserved => Pending::Grow(len),
             });

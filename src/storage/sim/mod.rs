@@ -30,6 +30,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use crate::num;
+
 use super::{DirLock, Storage, StorageFile};
 use handle::{SimFile, SimLock};
 use state::{error, lock, split, FaultPlan, Pending, State};
@@ -304,7 +306,7 @@ impl SimDisk {
             (Err(_), Create::New | Create::Truncate) => state.create_inode(path)?,
         };
         let handle = state.new_handle();
-        let position = state.inode(inode)?.current.len() as u64;
+        let position = num::u64_from_usize(state.inode(inode)?.current.len());
         Ok(Box::new(SimFile {
             state: Arc::clone(&self.state),
             inode,
@@ -364,7 +366,7 @@ impl Storage for SimDisk {
             return Err(error(fault));
         }
         let inode = state.lookup(path)?;
-        Ok(state.inode(inode)?.current.len() as u64)
+        Ok(num::u64_from_usize(state.inode(inode)?.current.len()))
     }
 
     fn read(&self, path: &Path) -> io::Result<Vec<u8>> {

@@ -7,6 +7,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
+use crate::num;
+
 use super::{Call, CallKind, Fault};
 
 pub(super) const EIO: i32 = 5;
@@ -39,7 +41,7 @@ impl Inode {
     fn apply(bytes: &mut Vec<u8>, change: &Pending) {
         match change {
             Pending::Write { offset, bytes: data } => {
-                let start = usize::try_from(*offset).unwrap_or(usize::MAX);
+                let start = num::usize_from_u64(*offset);
                 let end = start.saturating_add(data.len());
                 if bytes.len() < end {
                     bytes.resize(end, 0);
@@ -48,9 +50,9 @@ impl Inode {
                     target.copy_from_slice(data);
                 }
             }
-            Pending::SetLen(len) => bytes.resize(usize::try_from(*len).unwrap_or(usize::MAX), 0),
+            Pending::SetLen(len) => bytes.resize(num::usize_from_u64(*len), 0),
             Pending::Grow(len) => {
-                let len = usize::try_from(*len).unwrap_or(usize::MAX);
+                let len = num::usize_from_u64(*len);
                 if bytes.len() < len {
                     bytes.resize(len, 0);
                 }
@@ -75,19 +77,16 @@ impl Inode {
             0 => vec![false; count],
             1 => vec![true; count],
             2 => {
-                let prefix = rng.below(count as u64 + 1);
-                (0..count).map(|i| (i as u64) < prefix).collect()
+                let prefix = num::usize_from_u64(rng.below(num::u64_from_usize(count) + 1));
+                (0..count).map(|i| i < prefix).collect()
             }
             _ => (0..count).map(|_| rng.below(2) == 0).collect(),
         };
         let torn = if in_order {
             // Only the last write that reached the disk may be torn.
-            kept.iter()
-                .rposition(|keep| *keep)
-                .filter(|_| rng.below(2) == 0)
-                .map(|i| i as u64)
+            kept.iter().rposition(|keep| *keep).filter(|_| rng.below(2) == 0)
         } else if count > 0 && rng.below(2) == 0 {
-            Some(rng.below(count as u64))
+            Some(num::usize_from_u64(rng.below(num::u64_from_usize(count))))
         } else {
             None
         };
@@ -97,8 +96,8 @@ impl Inode {
                 continue;
             }
             match change {
-                Pending::Write { offset, bytes: data } if torn == Some(position as u64) => {
-                    let cut = usize::try_from(rng.below(data.len() as u64 + 1)).unwrap_or(0);
+                Pending::Write { offset, bytes: data } if torn == Some(position) => {
+                    let cut = num::usize_from_u64(rng.below(num::u64_from_usize(data.len()) + 1));
                     let prefix = Pending::Write {
                         offset: *offset,
                         bytes: data.get(..cut).unwrap_or_default().to_vec(),
@@ -260,11 +259,11 @@ impl State {
         for (path, dir) in &self.dirs {
             let mut entries = dir.durable.clone();
             let kept = if seed.is_some() {
-                rng.below(dir.journal.len() as u64 + 1)
+                rng.below(num::u64_from_usize(dir.journal.len()) + 1)
             } else {
                 0
             };
-            for change in dir.journal.iter().take(usize::try_from(kept).unwrap_or(usize::MAX)) {
+            for change in dir.journal.iter().take(num::usize_from_u64(kept)) {
                 for (name, inode) in change {
                     match inode {
                         Some(inode) => entries.insert(name.clone(), *inode),
