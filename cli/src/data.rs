@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 /// The demo clock's starting time: 2024-05-10T10:00:00Z.
 pub(crate) const DEMO_NOW: i64 = 1_715_335_200;
 /// Items the demo writes in bulk.
-pub(crate) const BULK_ITEMS: usize = 3_000;
+pub(crate) const BULK_ITEMS: i64 = 3_000;
 /// Sessions s1..=s20.
 pub(crate) const SESSIONS: u64 = 20;
 pub(crate) const HOUR: i64 = 3_600;
@@ -20,7 +20,7 @@ const PROFILE_TTL: u64 = 7 * 24 * 3_600;
 /// The document chunks that get a second version after the snapshot.
 pub(crate) const REVISED: usize = 25;
 /// Late document chunks added into the query window after the snapshot.
-pub(crate) const LATE: usize = 10;
+pub(crate) const LATE: i64 = 10;
 /// The generator's seed.
 const SEED: u64 = 0x00C7_7106;
 
@@ -43,14 +43,14 @@ impl Rng {
 
     /// One of `choices` (a constant list, never empty).
     fn pick<'a>(&mut self, choices: &[&'a str]) -> &'a str {
-        let n = u64::try_from(choices.len()).unwrap_or(1).max(1);
-        let at = usize::try_from(self.below(n)).unwrap_or(0);
-        choices.get(at).copied().unwrap_or_default()
+        let count = u64::try_from(choices.len()).expect("a slice's length fits in a u64");
+        let at = usize::try_from(self.below(count)).expect("a number below a slice's length fits in a usize");
+        choices[at]
     }
 
     /// A confidence in 0.50..=0.99.
     fn confidence(&mut self) -> f64 {
-        let hundredths = u32::try_from(50 + self.below(50)).unwrap_or(50);
+        let hundredths = u32::try_from(50 + self.below(50)).expect("below 100");
         f64::from(hundredths) / 100.0
     }
 
@@ -75,10 +75,10 @@ pub(crate) fn bulk_items() -> Vec<ContextItem> {
 }
 
 /// The `n`-th bulk item: realistic shapes of every built-in type plus `legal_clause`, in a seeded mix.
-fn bulk_item(n: usize, rng: &mut Rng, clauses: &mut u64) -> ContextItem {
+fn bulk_item(n: i64, rng: &mut Rng, clauses: &mut u64) -> ContextItem {
     // Spread over the 24 hours before the demo clock, oldest first.
-    let span = i64::try_from(n).unwrap_or(0) * DAY / i64::try_from(BULK_ITEMS).unwrap_or(1);
-    let timestamp = DEMO_NOW - DAY + span + i64::try_from(rng.below(30)).unwrap_or(0);
+    let span = n * DAY / BULK_ITEMS;
+    let timestamp = DEMO_NOW - DAY + span + i64::try_from(rng.below(30)).expect("below 30");
     let roll = rng.below(100);
     match roll {
         0..=39 => bulk_document_chunk(n, timestamp, rng),
@@ -98,7 +98,7 @@ fn bulk_item(n: usize, rng: &mut Rng, clauses: &mut u64) -> ContextItem {
 // The bulk items of each type. Each draws from `rng` in the order its fields are written, so that
 // the seeded data (and with it everything the demo prints) stays the same from run to run.
 
-fn bulk_document_chunk(n: usize, timestamp: i64, rng: &mut Rng) -> ContextItem {
+fn bulk_document_chunk(n: i64, timestamp: i64, rng: &mut Rng) -> ContextItem {
     let doc = rng.pick(&DOCS);
     ContextItem::new(
         format!("dc_{n:05}"),
@@ -113,7 +113,7 @@ fn bulk_document_chunk(n: usize, timestamp: i64, rng: &mut Rng) -> ContextItem {
     .with_confidence(rng.confidence())
 }
 
-fn bulk_message(n: usize, timestamp: i64, rng: &mut Rng) -> ContextItem {
+fn bulk_message(n: i64, timestamp: i64, rng: &mut Rng) -> ContextItem {
     ContextItem::new(
         format!("msg_{n:05}"),
         "message",
@@ -127,7 +127,7 @@ fn bulk_message(n: usize, timestamp: i64, rng: &mut Rng) -> ContextItem {
     )
 }
 
-fn bulk_tool_result(n: usize, timestamp: i64, rng: &mut Rng) -> ContextItem {
+fn bulk_tool_result(n: i64, timestamp: i64, rng: &mut Rng) -> ContextItem {
     ContextItem::new(
         format!("tr_{n:05}"),
         "tool_result",
@@ -143,8 +143,8 @@ fn bulk_tool_result(n: usize, timestamp: i64, rng: &mut Rng) -> ContextItem {
     .with_confidence(rng.confidence())
 }
 
-fn bulk_metric(n: usize, timestamp: i64, rng: &mut Rng) -> ContextItem {
-    let micros = u32::try_from(rng.below(400_000)).unwrap_or(0);
+fn bulk_metric(n: i64, timestamp: i64, rng: &mut Rng) -> ContextItem {
+    let micros = u32::try_from(rng.below(400_000)).expect("below 400,000");
     ContextItem::new(
         format!("mm_{n:05}"),
         "monitoring_metric",
@@ -175,7 +175,7 @@ fn bulk_legal_clause(clauses: u64, timestamp: i64, rng: &mut Rng) -> ContextItem
     .with_confidence(rng.confidence())
 }
 
-fn bulk_user_profile(n: usize, timestamp: i64, rng: &mut Rng) -> ContextItem {
+fn bulk_user_profile(n: i64, timestamp: i64, rng: &mut Rng) -> ContextItem {
     let scope = rng.session();
     ContextItem::new(
         format!("up_{n:05}"),
@@ -190,7 +190,7 @@ fn bulk_user_profile(n: usize, timestamp: i64, rng: &mut Rng) -> ContextItem {
     .with_ttl(PROFILE_TTL)
 }
 
-fn bulk_feedback(n: usize, timestamp: i64, rng: &mut Rng) -> ContextItem {
+fn bulk_feedback(n: i64, timestamp: i64, rng: &mut Rng) -> ContextItem {
     ContextItem::new(
         format!("fb_{n:05}"),
         "user_feedback",
@@ -202,7 +202,7 @@ fn bulk_feedback(n: usize, timestamp: i64, rng: &mut Rng) -> ContextItem {
     )
 }
 
-fn bulk_product_document(n: usize, timestamp: i64, rng: &mut Rng) -> ContextItem {
+fn bulk_product_document(n: i64, timestamp: i64, rng: &mut Rng) -> ContextItem {
     ContextItem::new(
         format!("pd_{n:05}"),
         "product_document",
@@ -267,7 +267,7 @@ pub(crate) fn late_chunks() -> Vec<ContextItem> {
                 "document_chunk",
                 json!({"doc": "msa_acme_2024", "chunk": 400 + n, "lang": "en", "text": "Late-arriving annex."}),
                 "contracts_sharepoint",
-                DEMO_NOW - 2 * HOUR + i64::try_from(n).unwrap_or(0) * 300,
+                DEMO_NOW - 2 * HOUR + n * 300,
                 "1",
                 Scope::GlobalReadonly,
             )

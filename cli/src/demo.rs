@@ -590,7 +590,7 @@ fn bulk_write(store: &Store) -> Fallible<()> {
     for item in &items {
         *per_type.entry(item.kind.clone()).or_default() += 1;
     }
-    let (mut added, mut unchanged, mut batches) = (0usize, 0usize, 0usize);
+    let (mut added, mut unchanged, mut batches) = (0usize, 0usize, 0u32);
     let started = Instant::now();
     for chunk in items.chunks(BATCH_ITEMS) {
         for outcome in store.add(chunk.iter().cloned()).context("adding a batch")? {
@@ -605,7 +605,7 @@ fn bulk_write(store: &Store) -> Fallible<()> {
     println!(
         "add: {BULK_ITEMS} items in {batches} batches of {BATCH_ITEMS}, sessions s1..s{SESSIONS}: {added} added, {unchanged} unchanged in {} ({} per batch)",
         ms(elapsed),
-        ms(elapsed / u32::try_from(batches.max(1)).unwrap_or(1))
+        ms(elapsed / batches.max(1))
     );
     let mix: Vec<String> = per_type.iter().map(|(kind, count)| format!("{kind} {count}")).collect();
     println!("  types: {}", mix.join(", "));
