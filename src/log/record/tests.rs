@@ -1,0 +1,386 @@
+//! Tests of the frame and record codec: tags, round trips of every record kind, sync marks,
+//! compression, the JSON written from a put record, and damaged or short frames refused.
+
+use super::kinds::ScopeTag;
+use super::*;
+use crate::item::{Scope, TypeSpec};
+
+#[test]
+fn tags_parse_from_their_byte_and_nothing_else_does() {
+    for byte in 0..=u8::MAX {
+        match RecordTag::try_from(byte) {
+            Ok(tag) => assert_eq!(tag as u8, byte),
+            Err(e) => {
+                assert!(!(1..=7).contains(&byte), "{byte}");
+                assert_eq!(e.0, format!("unknown record tag {byte}"));
+            }
+        }
+        match ScopeTag::try_from(byte) {
+            Ok(tag) => assert_eq!(tag as u8, byte),
+            Err(e) => assert!(byte > 2 && e.0 == format!("unknown scope tag {byte}"), "{byte}"),
+        }
+    }
+}
+
+fn sample_put<'a>(scope: &'a Scope, hash: &'a [u8; 32]) -> PutRef<'a> {
+    PutRef {
+        id: "ch3",
+        kind: "document_chunk",
+        version: "1",
+        scope,
+        source: "crm",
+        timestamp: 1_700_000_000,
+        ttl_seconds: Some(60),
+        confidence: Some(0.5),
+        hash,
+        content: br#"{"a":1}"#,
+        compress: true,
+    }
+}
+
+#[test]
+fn the_sync_mark_is_set_with_the_sequence_number() {
+    let scope = Scope::GlobalWritable;
+    let hash = [1u8; 32];
+    let mut enc = BatchEncoder::new();
+    assert!(enc.is_empty(), "a sync mark alone is an empty batch");
+    enc.put(&sample_put(&scope, &hash));
+    assert!(!enc.is_empty());
+    let mut frame = enc.finish(0).unwrap();
+    set_frame_header(&mut frame, 77, 4_096);
+    let (header, payload) = read_frame(&frame).unwrap();
+    assert_eq!(header.seq, 77);
+    assert_eq!(frame_sync_mark(payload), Some(4_096));
+    let records = decode_batch(payload).unwrap();
+    assert_eq!(records[0].2, RecordView::SyncMark { synced: 4_096 });
+    assert!(matches!(records[1].2, RecordView::Put(_)));
+    // A frame of segment format 1 starts with its first operation's record: no mark.
+    let mut old = frame.clone();
+    let count = u32::from_le_bytes(old[17..21].try_into().unwrap()) - 1;
+    old.drain(21..21 + RECORD_HEADER_BYTES + 8);
+    old[17..21].copy_from_slice(&count.to_le_bytes());
+    let len = u32::try_from(old.len() - FRAME_HEADER_BYTES).unwrap();
+    old[0..4].copy_from_slice(&len.to_le_bytes());
+    let crc = crc32fast::hash(&old[8..]);
+    old[4..8].copy_from_slice(&crc.to_le_bytes());
+    let (_, payload) = read_frame(&old).unwrap();
+    assert_eq!(frame_sync_mark(payload), None);
+    assert_eq!(decode_batch(payload).unwrap().len(), 1);
+}
+
+#[test]
+fn a_frame_finished_unsealed_is_the_same_frame_once_its_header_is_set() {
+    let scope = Scope::Session("s1".into());
+    let hash = [3u8; 32];
+    let encoder = || {
+        let mut enc = BatchEncoder::new();
+        enc.put(&sample_put(&scope, &hash));
+        enc.delete("gone");
+        enc
+    };
+    let mut sealed = encoder().finish(5).unwrap();
+    let mut unsealed = encoder().finish_unsealed().unwrap();
+    assert_eq!(sealed.len(), unsealed.len());
+    assert!(read_frame(&unsealed).is_err(), "no CRC yet: not a frame");
+    set_frame_header(&mut sealed, 77, 4_096);
+    set_frame_header(&mut unsealed, 77, 4_096);
+    assert_eq!(sealed, unsealed);
+    let (header, payload) = read_frame(&unsealed).unwrap();
+    assert_eq!(header.seq, 77);
+    assert_eq!(decode_batch(payload).unwrap().len(), 3);
+}
+
+#[test]
+fn a_put_whose_timestamp_is_out_of_range_is_refused() {
+    // Adds never store such a timestamp: only damage or a forged record carries one, and the
+    // index, which keeps timestamps in 40 bits, must never see it.
+    let scope = Scope::GlobalWritable;
+    let hash = [2u8; 32];
+    for (timestamp, ok) in [
+        (0, true),
+        (crate::limits::TIMESTAMP_MAX, true),
+        (-1, false),
+        (crate::limits::TIMESTAMP_MAX + 1, false),
+        (i64::MIN, false),
+        (i64::MAX, false),
+    ] {
+        let mut put = sample_put(&scope, &hash);
+        put.timestamp = timestamp;
+        let mut enc = BatchEncoder::new();
+        enc.put(&put);
+        let frame = enc.finish(1).unwrap();
+        let (_, payload) = read_frame(&frame).unwrap();
+        match decode_batch(payload) {
+            Ok(records) if ok => {
+                let RecordView::Put(view) = &records[1].2 else {
+                    panic!("not a put")
+                };
+                assert_eq!(view.timestamp, timestamp);
+            }
+            Err(e) if !ok => assert!(e.0.contains("timestamp"), "{timestamp}: {e:?}"),
+            other => panic!("timestamp {timestamp}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn batch_roundtrips() {
+    let scope = Scope::Session("s1".into());
+    let hash = [7u8; 32];
+    let mut enc = BatchEncoder::new();
+    let put_at = enc.put(&sample_put(&scope, &hash));
+    let del_at = enc.delete("old");
+    let spec = TypeSpec::new("legal_clause").id_pattern("^cl_");
+    enc.register_type(&spec);
+    enc.retired("gone", "7", &[3u8; 32]);
+    enc.pin("audit", 41, -5, Some("s1"));
+    enc.pin("all", 40, 9, None);
+    enc.unpin("audit");
+    let frame = enc.finish(42).unwrap();
+    let (header, payload) = read_frame(&frame).unwrap();
+    assert_eq!(header.seq, 42);
+    assert_eq!(header.len as usize, frame.len() - FRAME_HEADER_BYTES);
+    let all = decode_batch(payload).unwrap();
+    assert_eq!(all.len(), 8);
+    assert_eq!(
+        all[0].2,
+        RecordView::SyncMark { synced: 0 },
+        "every frame starts with its sync mark"
+    );
+    let records = &all[1..];
+    assert_eq!(
+        records[3].2,
+        RecordView::Retired {
+            id: "gone",
+            version: "7",
+            hash: [3u8; 32]
+        }
+    );
+    assert_eq!(
+        records[4].2,
+        RecordView::Pin {
+            name: "audit",
+            seq: 41,
+            taken_at: -5,
+            session: Some("s1")
+        }
+    );
+    assert_eq!(
+        records[5].2,
+        RecordView::Pin {
+            name: "all",
+            seq: 40,
+            taken_at: 9,
+            session: None
+        }
+    );
+    assert_eq!(records[6].2, RecordView::Unpin { name: "audit" });
+    // A record copied whole decodes the same in another frame.
+    let (start, len, _) = records[3];
+    let mut copy = BatchEncoder::new();
+    copy.raw(&payload[start..start + len]);
+    let copied = copy.finish(43).unwrap();
+    let (_, copied_payload) = read_frame(&copied).unwrap();
+    assert_eq!(decode_batch(copied_payload).unwrap()[1].2, records[3].2);
+    assert_eq!(records[0].0 + FRAME_HEADER_BYTES, put_at);
+    assert_eq!(records[1].0 + FRAME_HEADER_BYTES, del_at);
+    match &records[0].2 {
+        RecordView::Put(p) => {
+            assert_eq!(p.id, "ch3");
+            assert_eq!(p.scope, ScopeView::Session("s1"));
+            assert_eq!(p.ttl_seconds, Some(60));
+            assert_eq!(p.confidence, Some(0.5));
+            assert_eq!(p.content, br#"{"a":1}"#);
+            assert_eq!(p.expires_at(), Some(1_700_000_060));
+        }
+        other => panic!("expected a put, got {other:?}"),
+    }
+    assert_eq!(records[1].2, RecordView::Delete { id: "old" });
+    assert_eq!(
+        records[2].2,
+        RecordView::RegisterType {
+            name: "legal_clause",
+            pattern: Some("^cl_")
+        }
+    );
+    // The record at its location decodes alone too.
+    let (start, len, _) = records[0];
+    let at = FRAME_HEADER_BYTES + start;
+    assert!(matches!(decode_record(&frame[at..at + len]), Ok(RecordView::Put(_))));
+}
+
+#[test]
+fn every_flipped_bit_of_a_frame_is_refused() {
+    let scope = Scope::GlobalReadonly;
+    let hash = [1u8; 32];
+    let mut enc = BatchEncoder::new();
+    enc.put(&sample_put(&scope, &hash));
+    let frame = enc.finish(1).unwrap();
+    for bit in 0..frame.len() * 8 {
+        let mut damaged = frame.clone();
+        damaged[bit / 8] ^= 1 << (bit % 8);
+        assert!(read_frame(&damaged).is_err(), "flip of bit {bit} went unnoticed");
+    }
+}
+
+#[test]
+fn short_frames_are_short() {
+    let mut enc = BatchEncoder::new();
+    enc.delete("x");
+    let frame = enc.finish(9).unwrap();
+    for cut in 0..frame.len() {
+        assert_eq!(read_frame(&frame[..cut]), Err(FrameError::Short), "cut at {cut}");
+    }
+}
+
+#[test]
+fn long_repetitive_content_is_stored_compressed_and_reads_back() {
+    let scope = Scope::GlobalWritable;
+    let hash = [2u8; 32];
+    let content = format!("{{\"text\":\"{}\"}}", "the same words again and again ".repeat(40));
+    let mut put = sample_put(&scope, &hash);
+    put.content = content.as_bytes();
+    let mut enc = BatchEncoder::new();
+    enc.put(&put);
+    let frame = enc.finish(1).unwrap();
+    assert!(
+        frame.len() < content.len() / 2,
+        "{} bytes for {} of content",
+        frame.len(),
+        content.len()
+    );
+    let (_, payload) = read_frame(&frame).unwrap();
+    let records = decode_batch(payload).unwrap();
+    let RecordView::Put(view) = &records[1].2 else {
+        panic!("not a put")
+    };
+    assert!(view.compressed);
+    assert_eq!(&*view.content().unwrap(), content.as_bytes());
+    // Short content is stored as it is.
+    let mut enc = BatchEncoder::new();
+    enc.put(&sample_put(&scope, &hash));
+    let frame = enc.finish(2).unwrap();
+    let (_, payload) = read_frame(&frame).unwrap();
+    let RecordView::Put(view) = &decode_batch(payload).unwrap()[1].2 else {
+        panic!("not a put")
+    };
+    assert!(!view.compressed);
+}
+
+#[test]
+fn compressed_content_never_claims_more_than_the_limit() {
+    let mut field = u32::MAX.to_le_bytes().to_vec();
+    field.extend_from_slice(&[0x10, 0x61]);
+    let scope = Scope::GlobalWritable;
+    let hash = [0u8; 32];
+    let put = sample_put(&scope, &hash);
+    let view = PutView {
+        id: put.id,
+        kind: put.kind,
+        version: put.version,
+        scope: ScopeView::GlobalWritable,
+        source: put.source,
+        timestamp: 0,
+        ttl_seconds: None,
+        confidence: None,
+        hash,
+        content: &field,
+        compressed: true,
+    };
+    assert!(view.content().is_err());
+    assert!(view.to_item().is_err());
+}
+
+/// The JSON of a put record, written from its fields and its canonical content.
+fn raw_json(view: &PutView<'_>) -> Vec<u8> {
+    let mut out = Vec::new();
+    view.write_json_head(&mut out);
+    view.append_content(&mut out).unwrap();
+    view.write_json_tail(&mut out);
+    out
+}
+
+#[test]
+fn raw_json_is_what_serde_json_writes_for_the_item() {
+    let long = format!("{{\"text\":\"{}\"}}", "words é 中 \\\" again ".repeat(20));
+    let scopes = [
+        Scope::Session("s\"1".into()),
+        Scope::GlobalReadonly,
+        Scope::GlobalWritable,
+    ];
+    for (n, scope) in scopes.iter().enumerate() {
+        for content in [&br#"[1,-0.0,1e-7,"\u0001"]"#[..], long.as_bytes()] {
+            let hash = [u8::try_from(n).unwrap(); 32];
+            let mut put = sample_put(scope, &hash);
+            put.content = content;
+            put.source = "a \"source\" \\ é";
+            if n == 1 {
+                put.ttl_seconds = None;
+                put.confidence = Some(1.0 / 3.0);
+            }
+            if n == 2 {
+                put.confidence = None;
+                put.timestamp = 0;
+            }
+            let mut enc = BatchEncoder::new();
+            enc.put(&put);
+            let frame = enc.finish(1).unwrap();
+            let (_, payload) = read_frame(&frame).unwrap();
+            let RecordView::Put(view) = &decode_batch(payload).unwrap()[1].2 else {
+                panic!("not a put")
+            };
+            assert_eq!(view.compressed, content.len() > 100, "{n}");
+            let item = view.to_item().unwrap();
+            assert_eq!(raw_json(view), serde_json::to_vec(&item).unwrap(), "scope {n}");
+            assert!(raw_json(view).len() <= view.json_envelope_len() + view.content_len() + 16);
+            assert_eq!(view.content_len(), content.len());
+            let mut scratch = b"stale".to_vec();
+            assert_eq!(view.content_in(&mut scratch).unwrap(), content);
+        }
+    }
+}
+
+#[test]
+fn appending_damaged_compressed_content_leaves_the_output_as_it_was() {
+    let scope = Scope::GlobalWritable;
+    let hash = [0u8; 32];
+    let content = "the same words again and again ".repeat(40);
+    let block = lz4_flex::block::compress(content.as_bytes());
+    for field in [
+        // A length over the limit, one shorter and one longer than the block gives, a cut block.
+        [&u32::MAX.to_le_bytes()[..], &block].concat(),
+        [&u32::try_from(content.len() - 1).unwrap().to_le_bytes()[..], &block].concat(),
+        [&u32::try_from(content.len() + 1).unwrap().to_le_bytes()[..], &block].concat(),
+        [
+            &u32::try_from(content.len()).unwrap().to_le_bytes()[..],
+            &block[..block.len() / 2],
+        ]
+        .concat(),
+        vec![1, 2],
+    ] {
+        let put = sample_put(&scope, &hash);
+        let view = PutView {
+            id: put.id,
+            kind: put.kind,
+            version: put.version,
+            scope: ScopeView::GlobalWritable,
+            source: put.source,
+            timestamp: 0,
+            ttl_seconds: None,
+            confidence: None,
+            hash,
+            content: &field,
+            compressed: true,
+        };
+        let mut out = b"kept".to_vec();
+        assert!(view.append_content(&mut out).is_err());
+        assert_eq!(out, b"kept");
+    }
+}
+
+#[test]
+fn absurd_counts_do_not_allocate() {
+    let mut payload = u32::MAX.to_le_bytes().to_vec();
+    payload.extend_from_slice(&[0; 16]);
+    assert!(decode_batch(&payload).is_err());
+}
