@@ -46,7 +46,7 @@ fn many_ids() -> (Index, Vec<SegmentMark>) {
         format!(
             "id-{:06}-{}",
             n * 7919 % 1500,
-            "x".repeat(usize::try_from(n % 40).unwrap_or(0))
+            "x".repeat(usize::try_from(n % 40).unwrap())
         )
     };
     let mut index = Index::default();
