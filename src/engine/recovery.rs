@@ -189,6 +189,11 @@ fn stored_twice(index: &Index, segment: u32, bytes: &[u8], id: &str, version: &s
         })
 }
 
+/// Why a record that would take the index past one of its limits is refused.
+fn past_limits(full: Error) -> String {
+    format!("the log holds more than a store may: {full}")
+}
+
 /// Applies one replayed batch to the index.
 fn replay_batch(
     index: &mut Index,
@@ -208,12 +213,15 @@ fn replay_batch(
                 if stored_twice(index, segment, bytes, put.id, put.version) {
                     return Err(format!("item {:?} version {:?} is stored twice", put.id, put.version));
                 }
+                // The writer never wrote past the index's limits: a log that goes past them is damaged.
+                index.check_room_to_replay(Some(put.kind)).map_err(past_limits)?;
                 index.apply_put(seq, &put, location_of(segment, frame_offset, payload, start, len)?);
             }
             RecordView::Retired { id, version, .. } => {
                 if stored_twice(index, segment, bytes, id, version) {
                     return Err(format!("item {id:?} version {version:?} is stored twice"));
                 }
+                index.check_room_to_replay(None).map_err(past_limits)?;
                 index.apply_retired(
                     seq,
                     id,
