@@ -90,7 +90,8 @@ impl Index {
         let ended_live = self.end_version(version.prev, seq).is_some_and(|retired| !retired);
         match (ended_live, version.is_retired()) {
             (false, false) => self.live_ids += 1,
-            (true, true) => self.live_ids = self.live_ids.saturating_sub(1),
+            // The version ended was stored and open: it counted.
+            (true, true) => self.live_ids -= 1,
             _ => {}
         }
         self.slots.push(&version);
@@ -165,7 +166,8 @@ impl Index {
         };
         *self.deletes.entry(id).or_insert(0) += 1;
         if self.end_version(latest, seq) == Some(false) {
-            self.live_ids = self.live_ids.saturating_sub(1);
+            // It was stored and open: it counted.
+            self.live_ids -= 1;
         }
         true
     }
@@ -315,7 +317,8 @@ impl Index {
         };
         let was_stored = version.is_stored();
         if was_stored && self.is_open(&version) {
-            self.live_ids = self.live_ids.saturating_sub(1);
+            // It counted.
+            self.live_ids -= 1;
         }
         version.set_state(VersionState::Retired);
         version.location = location;
