@@ -5,8 +5,8 @@
 
 /// `seq_ended` of a version nothing has ended yet.
 pub(crate) const SEQ_OPEN: u64 = u64::MAX;
-/// `expires_at` of a version without a TTL.
-pub(crate) const NEVER_EXPIRES: i64 = i64::MAX;
+/// `expires_at` of a version without a TTL (or whose expiry is past the last `i64` second).
+pub(crate) use crate::item::NEVER_EXPIRES;
 /// "No version": the end of an id's chain of versions.
 pub(crate) const NO_SLOT: u32 = u32::MAX;
 
