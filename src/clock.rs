@@ -17,6 +17,8 @@ pub struct SystemClock;
 impl Clock for SystemClock {
     fn now(&self) -> i64 {
         match SystemTime::now().duration_since(UNIX_EPOCH) {
+            // Saturating, as a time may: the system clock's seconds are an i64 on every Unix, so
+            // this is exact there.
             Ok(elapsed) => i64::try_from(elapsed.as_secs()).unwrap_or(i64::MAX),
             // A wall clock set before 1970: count backwards rather than fail.
             Err(before) => i64::try_from(before.duration().as_secs()).map_or(i64::MIN, |secs| -secs),

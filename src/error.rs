@@ -81,6 +81,16 @@ pub enum Error {
         /// The position of the item in its batch, when it concerns one item.
         index: Option<usize>,
     },
+    /// The write would take the store past one of its limits on what it holds (see
+    /// [`crate::limits`]): `what` (`versions`, `ids`, `types`, `scopes`, `sources`) at most `limit`.
+    /// The write is refused whole, before anything of it is written.
+    #[error("the store is full: it holds at most {limit} {what}, and this write could take it past that")]
+    Full {
+        /// What is full.
+        what: String,
+        /// How many of it a store holds at most.
+        limit: u64,
+    },
     /// A session view tried to write to a scope it does not own.
     #[error("{}permission denied: {reason}", ItemPrefix(*.index))]
     PermissionDenied {

@@ -1,4 +1,7 @@
-//! Every bound ctxlog enforces, in one place, with the relations between them checked at compile time.
+//! Every bound ctxlog enforces, in one place, with the relations between them checked at compile time,
+//! and [`check_room`], the check of a count against its bound.
+
+use crate::error::{Error, Result};
 
 /// Bytes of an id, a session id or a snapshot name, at the most.
 pub const ID_BYTES_MAX: usize = 128;
@@ -39,6 +42,22 @@ pub const SEGMENT_BYTES_MIN: u64 = 4 << 10;
 /// The largest `Options::segment_size` accepted (2 GiB), so that an offset in a segment fits in a u32.
 pub const SEGMENT_BYTES_MAX: u64 = 2 << 30;
 
+/// Versions the index holds at most: stored, retired, or forgotten by compaction (a forgotten
+/// version keeps its slot until the next checkpoint load). A version's slot number is 32 bits, and
+/// the index tells a slot from an id number by the top bit (below `1 << 31`).
+pub const VERSIONS_MAX: usize = (1 << 31) - 1;
+/// Ids the index knows at most, deleted or not (an id stays known after all its versions are gone).
+/// Its number is 32 bits, below `1 << 31` as a slot's is.
+pub const IDS_MAX: usize = (1 << 31) - 1;
+/// Types at most, the built-in ones included: a type's number in the index is 16 bits.
+pub const TYPES_MAX: usize = u16::MAX as usize;
+/// Distinct scopes at most over a store's life (each session id that wrote is one; the index keeps
+/// every one it has seen): a scope's number is 32 bits.
+pub const SCOPES_MAX: usize = (1 << 31) - 1;
+/// Distinct sources at most over a store's life (the index keeps every one it has seen): a source's
+/// number is 32 bits.
+pub const SOURCES_MAX: usize = (1 << 31) - 1;
+
 /// Default bytes of log after which the background thread writes a new checkpoint (64 MiB).
 pub const CHECKPOINT_EVERY_BYTES_DEFAULT: u64 = 64 << 20;
 /// The smallest `Options::checkpoint_every` accepted (64 KiB).
@@ -53,7 +72,45 @@ const _: () = assert!(SEGMENT_BYTES_MIN <= SEGMENT_BYTES_DEFAULT && SEGMENT_BYTE
 // in a segment must still fit in a u32.
 const _: () = assert!(SEGMENT_BYTES_MAX + FRAME_PAYLOAD_BYTES_MAX as u64 + 64 <= u32::MAX as u64);
 const _: () = assert!(ADD_THREADS_DEFAULT_MAX <= ADD_THREADS_MAX);
+// Slot and id numbers (0..VERSIONS_MAX, 0..IDS_MAX) stay below the index's tag bit, and so below
+// its "no version" number, u32::MAX; type numbers fit in 16 bits, scope and source numbers in 32.
+const _: () = assert!(VERSIONS_MAX < 1 << 31 && IDS_MAX < 1 << 31);
+const _: () = assert!(TYPES_MAX <= u16::MAX as usize + 1);
+const _: () = assert!(SCOPES_MAX <= u32::MAX as usize && SOURCES_MAX <= u32::MAX as usize);
 const _: () = assert!(
     CHECKPOINT_EVERY_BYTES_MIN <= CHECKPOINT_EVERY_BYTES_DEFAULT
         && CHECKPOINT_EVERY_BYTES_DEFAULT <= CHECKPOINT_EVERY_BYTES_MAX
 );
+
+/// Refuses to add `adding` of `what` (`"versions"`, `"types"`, ...) to the `held` a store already
+/// holds when together they would pass `limit`: [`Error::Full`], before anything is written.
+pub(crate) fn check_room(held: usize, adding: usize, limit: usize, what: &str) -> Result<()> {
+    if held.checked_add(adding).is_some_and(|total| total <= limit) {
+        return Ok(());
+    }
+    Err(Error::Full {
+        what: what.to_owned(),
+        limit: crate::num::u64_from_usize(limit),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn room_is_refused_past_the_limit_only() {
+        assert!(check_room(0, 0, 0, "versions").is_ok());
+        assert!(check_room(6, 4, 10, "versions").is_ok());
+        assert!(check_room(10, 0, 10, "versions").is_ok());
+        for (held, adding) in [(7, 4), (10, 1), (11, 0), (usize::MAX, 1)] {
+            let refused = check_room(held, adding, 10, "versions");
+            assert!(
+                matches!(&refused, Err(Error::Full { what, limit: 10 }) if what == "versions"),
+                "{held} + {adding}: {refused:?}"
+            );
+        }
+        let message = check_room(1, 1, 1, "types").unwrap_err().to_string();
+        assert!(message.contains("types") && message.contains('1'), "{message}");
+    }
+}

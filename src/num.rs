@@ -17,6 +17,8 @@ pub(crate) const fn usize_from_u32(value: u32) -> usize {
 
 /// A u64 offset or length, as a usize (lossless on every supported target).
 #[inline]
+// Lossless: the `compile_error!` above keeps usize 64 bits wide.
+#[allow(clippy::cast_possible_truncation)]
 pub(crate) const fn usize_from_u64(value: u64) -> usize {
     value as usize
 }
@@ -25,6 +27,29 @@ pub(crate) const fn usize_from_u64(value: u64) -> usize {
 #[inline]
 pub(crate) const fn u64_from_usize(value: usize) -> u64 {
     value as u64
+}
+
+/// The low 16 bits of `value`: a field packed in a wider word, or a hash cut short on purpose.
+#[inline]
+// Dropping the high bits is the point.
+#[allow(clippy::cast_possible_truncation)]
+pub(crate) const fn low_u16(value: u64) -> u16 {
+    value as u16
+}
+
+/// The low 32 bits of `value`: the low half of a word kept in two.
+#[inline]
+// Dropping the high bits is the point.
+#[allow(clippy::cast_possible_truncation)]
+pub(crate) const fn low_u32(value: u64) -> u32 {
+    value as u32
+}
+
+/// `value` as a u64, saturating at `u64::MAX`: for a statistic only (milliseconds elapsed, which
+/// would take 584 million years to saturate), never for a value bound for the disk or the index.
+#[inline]
+pub(crate) fn saturating_u64(value: u128) -> u64 {
+    u64::try_from(value).unwrap_or(u64::MAX)
 }
 
 /// `value` as a `T`, or [`Error::Invalid`] naming `field` and saying it does not fit: for a value
@@ -66,6 +91,14 @@ mod tests {
         assert_eq!(usize_from_u32(u32::MAX), 4_294_967_295);
         assert_eq!(usize_from_u64(u64::MAX), usize::MAX);
         assert_eq!(u64_from_usize(usize::MAX), u64::MAX);
+    }
+
+    #[test]
+    fn low_bits_are_cut_and_saturation_is_explicit() {
+        assert_eq!(low_u16(0x1234_5678_9abc_def0), 0xdef0);
+        assert_eq!(low_u32(0x1234_5678_9abc_def0), 0x9abc_def0);
+        assert_eq!(saturating_u64(12), 12);
+        assert_eq!(saturating_u64(u128::from(u64::MAX) + 1), u64::MAX);
     }
 
     #[test]

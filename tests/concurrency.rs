@@ -134,7 +134,7 @@ fn all_items() -> Vec<ContextItem> {
 
 /// The whole store must be exactly every item written.
 fn check_complete(store: &Store, context: &str) {
-    let everything = vec![BATCHES_PER_WRITER; WRITERS as usize];
+    let everything = vec![BATCHES_PER_WRITER; usize::try_from(WRITERS).unwrap()];
     let items = store
         .get(&ContextQuery::new())
         .unwrap_or_else(|e| panic!("{context}: get failed: {e}"));
@@ -172,7 +172,7 @@ struct ReaderReport {
 fn reader(store: &Store, acked: &[AtomicU64], done: &AtomicBool, id: u64) -> ReaderReport {
     let query = ContextQuery::new();
     let mut report = ReaderReport::default();
-    let mut last_fresh = vec![0u64; WRITERS as usize];
+    let mut last_fresh = vec![0u64; usize::try_from(WRITERS).unwrap()];
     let mut last_snapshot_seq = 0u64;
     loop {
         // Read the flag first, so that one full round runs after the writers finished.
@@ -468,16 +468,16 @@ fn large_batches_of_the_same_new_ids_from_two_threads_are_one_added_and_one_refu
                 .collect();
             threads.into_iter().map(|t| t.join().expect("adder")).collect()
         });
-        let winners: Vec<u64> = (0..2).filter(|w| answers[*w as usize].is_ok()).collect();
+        let winners: Vec<usize> = (0..2).filter(|w| answers[*w].is_ok()).collect();
         assert_eq!(winners.len(), 1, "round {round}: {answers:?}");
         let winner = winners[0];
-        let added = answers[winner as usize].as_ref().expect("added");
+        let added = answers[winner].as_ref().expect("added");
         assert_eq!(added.len() as u64, ITEMS);
         assert!(
             added.iter().all(|o| matches!(o, AddOutcome::Added { .. })),
             "round {round}"
         );
-        match &answers[1 - winner as usize] {
+        match &answers[1 - winner] {
             Err(Error::VersionConflict { id, index, .. }) => {
                 assert_eq!(id, &format!("race{round}-0"));
                 assert_eq!(*index, Some(0));

@@ -205,12 +205,12 @@ fn found_in_batch(store: &Store, run: u64, batch: u64, context: &str) -> u64 {
                     item,
                     stored_item(run, batch, i),
                     "{context}: {} resolved to other data",
-                    ids[i as usize]
+                    ids[usize::try_from(i).unwrap()]
                 );
                 found += 1;
             }
             Resolution::NotFound { .. } => {}
-            other => panic!("{context}: {} resolves to {other:?}", ids[i as usize]),
+            other => panic!("{context}: {} resolves to {other:?}", ids[usize::try_from(i).unwrap()]),
         }
     }
     found

@@ -213,7 +213,8 @@ fn crash_compaction_child() {
                 .iter()
                 .enumerate()
                 .map(|(i, n)| {
-                    let ttl = (rng.range(0, 9) < 4).then(|| TTLS[rng.range(0, TTLS.len() as u64 - 1) as usize]);
+                    let ttl = (rng.range(0, 9) < 4)
+                        .then(|| TTLS[usize::try_from(rng.range(0, TTLS.len() as u64 - 1)).unwrap()]);
                     (pool_id(*n), format!("r{run}.o{op}.{i}"), ttl)
                 })
                 .collect();
@@ -268,7 +269,7 @@ fn crash_compaction_child() {
             let name = if pins.is_empty() || roll >= 96 {
                 format!("never{run}-{op}")
             } else {
-                pins.remove(rng.range(0, pins.len() as u64 - 1) as usize)
+                pins.remove(usize::try_from(rng.range(0, pins.len() as u64 - 1)).unwrap())
             };
             out.line(&format!("BEGIN UNPIN {name}"));
             let existed = store.unpin_snapshot(&name).expect("child: unpin");

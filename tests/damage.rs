@@ -165,7 +165,7 @@ fn garbage(seed: u64, len: usize) -> Vec<u8> {
             let mut z = state;
             z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
             z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            (z ^ (z >> 31)) as u8
+            (z ^ (z >> 31)).to_le_bytes()[0]
         })
         .collect()
 }
@@ -656,7 +656,7 @@ fn a_newest_segment_torn_while_created_is_removed() {
         segments.len() >= 2,
         "the store should span several segments, has {segments:?}"
     );
-    let newest = segments.len() as u32;
+    let newest = u32::try_from(segments.len()).unwrap();
     let torn_number = newest + 1;
     let seq = {
         let store = open_store(pristine.path()).expect("open");

@@ -887,7 +887,7 @@ fn run_case(built: &Built, case: &Case, depth: Depth) -> std::result::Result<Out
         let lost: Vec<&Frame> = segment
             .frames
             .iter()
-            .filter(|frame| frame.range.start >= cut as usize)
+            .filter(|frame| frame.range.start >= cut_at)
             .collect();
         if let Damage::Flip { .. } = case.damage {
             ensure!(
@@ -905,7 +905,7 @@ fn run_case(built: &Built, case: &Case, depth: Depth) -> std::result::Result<Out
             &store,
             built,
             expected,
-            &affected(cut as usize),
+            &affected(cut_at),
             Depth::Full { salt: 0 },
             file,
         )?;
@@ -1002,7 +1002,7 @@ fn compare(
             .collect();
         let mut rng = Rng(depth.salt());
         for _ in 0..4 {
-            chosen.insert(rng.below(built.refs.len() as u64) as usize);
+            chosen.insert(rng.index(built.refs.len()));
         }
         chosen.into_iter().collect()
     };
@@ -1090,6 +1090,11 @@ impl Rng {
         } else {
             self.next() % n
         }
+    }
+
+    /// A position below `len`.
+    fn index(&mut self, len: usize) -> usize {
+        usize::try_from(self.below(len as u64)).unwrap()
     }
 }
 
@@ -1213,7 +1218,7 @@ fn zero_blocks(built: &Built, step: usize, extra: usize, seed: u64) -> Vec<Case>
             let len = layout.bytes.len();
             let mut starts: BTreeSet<usize> = (0..len).step_by(step).collect();
             for _ in 0..extra {
-                starts.insert(rng.below(len as u64) as usize);
+                starts.insert(rng.index(len));
             }
             starts.insert(len.saturating_sub(BLOCK));
             for start in starts {
@@ -1273,7 +1278,7 @@ fn frame_copies(built: &Built, all: bool, seed: u64) -> Vec<Case> {
                 }
                 for pool in [&same, &other] {
                     if !pool.is_empty() {
-                        push(pool[rng.below(pool.len() as u64) as usize], file, at);
+                        push(pool[rng.index(pool.len())], file, at);
                     }
                 }
             }
@@ -1295,11 +1300,7 @@ fn frame_copies(built: &Built, all: bool, seed: u64) -> Vec<Case> {
                     }
                 }
                 if !same_length.is_empty() {
-                    push(
-                        same_length[rng.below(same_length.len() as u64) as usize],
-                        file,
-                        frame.range.start,
-                    );
+                    push(same_length[rng.index(same_length.len())], file, frame.range.start);
                 }
             }
             // The segment's own last frame after its end (a duplicate of its last batch).
@@ -1416,7 +1417,7 @@ fn sampled_flips_in_a_larger_store() {
     let mut rng = Rng(seed);
     let cases: Vec<Case> = (0..sampled_flips())
         .map(|_| {
-            let mut byte = rng.below(total as u64) as usize;
+            let mut byte = rng.index(total);
             let &(form, file, _) = sizes
                 .iter()
                 .find(|&&(_, _, len)| {
@@ -1433,7 +1434,7 @@ fn sampled_flips_in_a_larger_store() {
                 file,
                 damage: Damage::Flip {
                     at: byte,
-                    bit: rng.below(8) as u8,
+                    bit: u8::try_from(rng.below(8)).unwrap(),
                 },
             }
         })

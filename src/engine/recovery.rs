@@ -26,6 +26,7 @@ use crate::log::segment::{create_segment, ActiveSegment};
 use crate::log::segment::{
     parse_segment_file_name, read_whole, segment_file_name, Segment, SegmentHeader, SEGMENT_HEADER_BYTES,
 };
+use crate::num::{saturating_u64, usize_from_u32, usize_from_u64};
 use crate::storage::{sync_dir, SharedBytes, Storage};
 
 /// What opening found and did.
@@ -177,8 +178,8 @@ fn stored_twice(index: &Index, segment: u32, bytes: &[u8], id: &str, version: &s
             if entry.location.segment != segment {
                 return crate::read::record::read_identity(index, &entry).is_ok_and(|(found, _)| found == version);
             }
-            let start = usize::try_from(entry.location.offset).unwrap_or(usize::MAX);
-            let end = start.saturating_add(usize::try_from(entry.location.len).unwrap_or(usize::MAX));
+            let start = usize_from_u32(entry.location.offset);
+            let end = start + usize_from_u32(entry.location.len);
             let record = bytes.get(start..end).and_then(|record| decode_record(record).ok());
             match record {
                 Some(RecordView::Put(put)) => put.version == version,
@@ -186,6 +187,11 @@ fn stored_twice(index: &Index, segment: u32, bytes: &[u8], id: &str, version: &s
                 _ => false,
             }
         })
+}
+
+/// Why a record that would take the index past one of its limits is refused.
+fn past_limits(full: Error) -> String {
+    format!("the log holds more than a store may: {full}")
 }
 
 /// Applies one replayed batch to the index.
@@ -207,12 +213,15 @@ fn replay_batch(
                 if stored_twice(index, segment, bytes, put.id, put.version) {
                     return Err(format!("item {:?} version {:?} is stored twice", put.id, put.version));
                 }
+                // The writer never wrote past the index's limits: a log that goes past them is damaged.
+                index.check_room_to_replay(Some(put.kind)).map_err(past_limits)?;
                 index.apply_put(seq, &put, location_of(segment, frame_offset, payload, start, len)?);
             }
             RecordView::Retired { id, version, .. } => {
                 if stored_twice(index, segment, bytes, id, version) {
                     return Err(format!("item {id:?} version {version:?} is stored twice"));
                 }
+                index.check_room_to_replay(None).map_err(past_limits)?;
                 index.apply_retired(
                     seq,
                     id,
@@ -310,7 +319,7 @@ pub(crate) fn recover(storage: &dyn Storage, dir: &Path) -> Result<Recovered> {
             Ok(((index, active, next_seq), attempt_stats)) => {
                 stats = attempt_stats;
                 stats.checkpoint_seq = Some(seq);
-                stats.millis = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+                stats.millis = saturating_u64(started.elapsed().as_millis());
                 return Ok(Recovered {
                     index,
                     active,
@@ -328,7 +337,7 @@ pub(crate) fn recover(storage: &dyn Storage, dir: &Path) -> Result<Recovered> {
         }
     }
     let (index, active, next_seq) = replay(storage, dir, &numbers, Start::empty(), &mut stats)?;
-    stats.millis = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    stats.millis = saturating_u64(started.elapsed().as_millis());
     Ok(Recovered {
         index,
         active,
@@ -581,7 +590,7 @@ impl Replay<'_> {
     /// (`resume`), else after the header, once the segment is found to continue the log.
     fn start_in(&mut self, at: &SegmentAt<'_>, header: &SegmentHeader, resume: Option<SegmentMark>) -> Result<usize> {
         if let Some(mark) = resume {
-            return Ok(usize::try_from(mark.len).unwrap_or(usize::MAX));
+            return Ok(usize_from_u64(mark.len));
         }
         // A rewritten segment may have lost its last frames: the next one may start later.
         let continues =

@@ -3,10 +3,12 @@
 //! retired or forgotten, the ordered sets purged of them).
 
 use crate::item::Scope;
+use crate::limits::{SCOPES_MAX, VERSIONS_MAX};
 use crate::log::record::{PutView, ScopeView};
+use crate::num::bounded;
 
 use super::entry::{Location, Rare, VersionEntry, VersionState, NEVER_EXPIRES, NO_SLOT, SEQ_OPEN};
-use super::ids::{numbers_to_values, IdTable, IDS_AND_SLOTS_MAX};
+use super::ids::{numbers_to_values, IdTable};
 use super::interner::Interner;
 use super::keys::KeySet;
 use super::versions::VersionTable;
@@ -25,7 +27,11 @@ impl Index {
     /// fit, in the overflow table.
     fn set_rare(&mut self, version: &mut VersionEntry, rare: Rare) {
         if let Some(rare) = version.set_rare_inline(rare) {
-            version.set_overflow(u32::try_from(self.rare.len()).unwrap_or(u32::MAX));
+            // A version gets an overflow entry once at most, and slots are never reused.
+            version.set_overflow(bounded(
+                self.rare.len(),
+                "overflow entry number (one per version at most)",
+            ));
             self.rare.push(rare);
         }
     }
@@ -73,7 +79,8 @@ impl Index {
     /// Appends a version of id `name` created by batch `seq`, expiring at `expires_at`, from source
     /// number `source`; it ends the id's open version.
     fn push_version(&mut self, seq: u64, name: &str, mut version: VersionEntry, expires_at: i64, source: u32) -> u32 {
-        let slot = u32::try_from(self.slots.len()).unwrap_or(u32::MAX);
+        // The writer (planning a batch) and replay (before each record) check room first.
+        let slot = bounded(self.slots.len(), "slot number (limits::VERSIONS_MAX)");
         // The entry is pushed below, before anything reads the lookup again.
         let (id, head) = self.push_head(name, slot);
         version.id = id;
@@ -83,7 +90,8 @@ impl Index {
         let ended_live = self.end_version(version.prev, seq).is_some_and(|retired| !retired);
         match (ended_live, version.is_retired()) {
             (false, false) => self.live_ids += 1,
-            (true, true) => self.live_ids = self.live_ids.saturating_sub(1),
+            // The version ended was stored and open: it counted.
+            (true, true) => self.live_ids -= 1,
             _ => {}
         }
         self.slots.push(&version);
@@ -92,7 +100,11 @@ impl Index {
 
     /// Records a new version stored at `location` by the batch with sequence number `seq`.
     pub(crate) fn apply_put(&mut self, seq: u64, put: &PutView<'_>, location: Location) {
-        let kind = u16::try_from(self.kinds.intern_by(put.kind, || Box::from(put.kind))).unwrap_or(u16::MAX);
+        // Types are registered before a put of them (and limited there), and replay checks room.
+        let kind = bounded(
+            self.kinds.intern_by(put.kind, || Box::from(put.kind)),
+            "type number (limits::TYPES_MAX)",
+        );
         let scope = self.intern_scope(put.scope);
         let source = self.sources.intern_by(put.source, || Box::from(put.source));
         let slot = self.push_version(
@@ -154,7 +166,8 @@ impl Index {
         };
         *self.deletes.entry(id).or_insert(0) += 1;
         if self.end_version(latest, seq) == Some(false) {
-            self.live_ids = self.live_ids.saturating_sub(1);
+            // It was stored and open: it counted.
+            self.live_ids -= 1;
         }
         true
     }
@@ -170,10 +183,16 @@ impl Index {
         sets: (Vec<KeySet>, Vec<KeySet>, KeySet),
         tables: (Interner<Box<str>>, Interner<Scope>, Interner<Box<str>>),
     ) -> Result<Index, String> {
-        if slots.len() > IDS_AND_SLOTS_MAX {
+        if slots.len() > VERSIONS_MAX {
             return Err(format!(
-                "{} versions, more than the {IDS_AND_SLOTS_MAX} an index holds",
+                "{} versions, more than the {VERSIONS_MAX} an index holds",
                 slots.len()
+            ));
+        }
+        if tables.1.len() > SCOPES_MAX {
+            return Err(format!(
+                "{} scopes, more than the {SCOPES_MAX} an index holds",
+                tables.1.len()
             ));
         }
         if ids.names.len() != ids.count {
@@ -205,7 +224,7 @@ impl Index {
                     return Err(format!("version {at}: its id's versions are out of order"));
                 }
             }
-            *head = u32::try_from(at).unwrap_or(NO_SLOT);
+            *head = bounded(at, "slot number (checked against limits::VERSIONS_MAX above)");
             index.slots.set_prev(at, prev);
             if version.is_stored() && index.is_open(&version) {
                 live_ids += 1;
@@ -221,7 +240,10 @@ impl Index {
             .values()
             .iter()
             .enumerate()
-            .filter_map(|(number, scope)| Some((Box::from(scope.session_id()?), u32::try_from(number).ok()?)))
+            .filter_map(|(number, scope)| {
+                let number = bounded(number, "scope number (checked against limits::SCOPES_MAX above)");
+                Some((Box::from(scope.session_id()?), number))
+            })
             .collect();
         index.kinds = kinds;
         index.scopes = scopes;
@@ -295,7 +317,8 @@ impl Index {
         };
         let was_stored = version.is_stored();
         if was_stored && self.is_open(&version) {
-            self.live_ids = self.live_ids.saturating_sub(1);
+            // It counted.
+            self.live_ids -= 1;
         }
         version.set_state(VersionState::Retired);
         version.location = location;
@@ -372,6 +395,30 @@ mod tests {
         index.apply_put(1, &put("a", "2", 10), HERE);
         assert_eq!(visible_tag(&index, "a", 1), Some(version_tag("2")));
         assert!(index.estimated_bytes() > 0);
+    }
+
+    #[test]
+    fn a_replayed_put_of_a_type_past_the_limit_is_refused_and_one_of_a_known_type_is_not() {
+        let mut index = Index::default();
+        index.apply_put(1, &put("a", "1", 10), HERE);
+        assert!(index.check_room_to_replay(Some("message")).is_ok());
+        assert!(index.check_room_to_replay(Some("other")).is_ok());
+        assert!(index.check_room_to_replay(None).is_ok());
+        let mut n = 0;
+        while index.kinds.len() < crate::limits::TYPES_MAX {
+            index.kinds.intern(&Box::from(format!("t{n}")));
+            n += 1;
+        }
+        assert!(
+            index.check_room_to_replay(Some("message")).is_ok(),
+            "a known type takes no room"
+        );
+        assert!(index.check_room_to_replay(None).is_ok(), "a retired record has no type");
+        let refused = index.check_room_to_replay(Some("other"));
+        assert!(
+            matches!(&refused, Err(crate::Error::Full { what, .. }) if what == "types"),
+            "{refused:?}"
+        );
     }
 
     #[test]

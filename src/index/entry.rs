@@ -5,8 +5,8 @@
 
 /// `seq_ended` of a version nothing has ended yet.
 pub(crate) const SEQ_OPEN: u64 = u64::MAX;
-/// `expires_at` of a version without a TTL.
-pub(crate) const NEVER_EXPIRES: i64 = i64::MAX;
+/// `expires_at` of a version without a TTL (or whose expiry is past the last `i64` second).
+pub(crate) use crate::item::NEVER_EXPIRES;
 /// "No version": the end of an id's chain of versions.
 pub(crate) const NO_SLOT: u32 = u32::MAX;
 
@@ -14,7 +14,7 @@ pub(crate) const NO_SLOT: u32 = u32::MAX;
 /// have equal tags; equal tags are confirmed against the log record (two different strings share a
 /// tag about once in 65,536 comparisons, which then costs one record read).
 pub(crate) fn version_tag(version: &str) -> u16 {
-    crc32fast::hash(version.as_bytes()) as u16
+    crate::num::low_u16(u64::from(crc32fast::hash(version.as_bytes())))
 }
 
 /// [`VersionEntry`]'s `ended` while the version is open.
@@ -171,7 +171,7 @@ impl VersionEntry {
 
     /// The [`version_tag`] of the version string.
     pub(crate) fn version_tag(&self) -> u16 {
-        self.tag_source as u16
+        crate::num::low_u16(u64::from(self.tag_source))
     }
 
     /// Keeps the version's expiry, generation, source and end in the entry if they all fit there
@@ -225,15 +225,16 @@ impl VersionEntry {
     #[inline]
     pub(super) fn rare_inline(&self) -> Result<Rare, usize> {
         if self.meta & META_OVERFLOW != 0 {
-            return Err(usize::try_from(self.expiry).unwrap_or(usize::MAX));
+            return Err(crate::num::usize_from_u32(self.expiry));
         }
+        // Exact: `after` was taken from these sums by `set_rare_inline` (and a timestamp has 40 bits).
         let expires_at = match self.expiry {
             0 => NEVER_EXPIRES,
-            after => self.timestamp().saturating_add(i64::from(after)),
+            after => self.timestamp() + i64::from(after),
         };
         let seq_ended = match self.ended {
             ENDED_OPEN => SEQ_OPEN,
-            after => self.seq_created.saturating_add(u64::from(after)),
+            after => self.seq_created + u64::from(after),
         };
         Ok(Rare {
             expires_at,
@@ -251,7 +252,7 @@ impl VersionEntry {
 
     /// The item's type number.
     pub(crate) fn kind(&self) -> u16 {
-        (self.meta >> META_KIND_SHIFT) as u16
+        crate::num::low_u16(self.meta >> META_KIND_SHIFT)
     }
 
     /// What is stored of the version.
@@ -346,7 +347,7 @@ mod tests {
             for kind in [0, 1, 0x8001, u16::MAX] {
                 for state in states {
                     for (n, rare) in cases.iter().enumerate() {
-                        let tag = (n as u16).wrapping_mul(0x9E37);
+                        let tag = u16::try_from(n).unwrap().wrapping_mul(0x9E37);
                         let mut version = VersionEntry {
                             seq_created: created,
                             ..VersionEntry::default()

@@ -7,6 +7,9 @@ use std::hash::BuildHasher;
 
 use hashbrown::HashTable;
 
+use crate::limits::{IDS_MAX, VERSIONS_MAX};
+use crate::num::{bounded, u64_from_usize, usize_from_u32, usize_from_u64};
+
 use super::entry::{VersionState, NO_SLOT};
 use super::names::{mark_of, part_places, rebuild_name, stored_lens, NameArena, NameBuf, NAME_MARK, NAME_MAX};
 use super::versions::VersionTable;
@@ -16,8 +19,8 @@ use super::{position, FastMap, Index, NAME_CHUNK};
 /// than the slot of the id's newest version. Slots and id numbers stay below it.
 pub(super) const ID_TAG: u32 = 1 << 31;
 
-/// The most ids and versions the index holds: below [`ID_TAG`].
-pub(crate) const IDS_AND_SLOTS_MAX: usize = ID_TAG as usize - 1;
+// Slot and id numbers are below their counts' limits, and so below the tag.
+const _: () = assert!(VERSIONS_MAX <= ID_TAG as usize && IDS_MAX <= ID_TAG as usize);
 
 /// The id number a value of the id lookup stands for (see [`Index::by_name`]).
 #[inline]
@@ -39,7 +42,11 @@ fn value_is_named(slots: &VersionTable, names: &NameArena, value: u32, name: &st
 pub(super) fn numbers_to_values(table: &mut HashTable<u32>, heads: &[u32]) {
     for value in table.iter_mut() {
         let id = *value;
-        *value = value_of_head(id, heads.get(position(id)).copied().unwrap_or(NO_SLOT));
+        // The table holds the numbers of the ids `heads` has one entry for each of.
+        let Some(head) = heads.get(position(id)).copied() else {
+            panic!("id number {id} has no entry among the {} ids' heads", heads.len());
+        };
+        *value = value_of_head(id, head);
     }
 }
 
@@ -75,7 +82,7 @@ fn fill_lookup(by_name: &mut HashTable<u32>, hashes: &[u64], same_name: impl Fn(
     let buckets = (by_name.capacity() / 7 * 8).max(1).next_power_of_two();
     let bits = buckets.trailing_zeros();
     let shift = bits.saturating_sub(INSERT_GROUPS.trailing_zeros());
-    let group_of = |hash: u64| ((hash & (buckets as u64 - 1)) >> shift) as usize;
+    let group_of = |hash: u64| usize_from_u64((hash & (u64_from_usize(buckets) - 1)) >> shift);
     let mut starts = vec![0u32; INSERT_GROUPS + 1];
     for hash in hashes {
         if let Some(count) = starts.get_mut(group_of(*hash) + 1) {
@@ -90,8 +97,9 @@ fn fill_lookup(by_name: &mut HashTable<u32>, hashes: &[u64], same_name: impl Fn(
     let mut order = vec![(0u64, 0u32); hashes.len()];
     for (id, hash) in hashes.iter().enumerate() {
         if let Some(next) = starts.get_mut(group_of(*hash)) {
-            if let Some(place) = order.get_mut(*next as usize) {
-                *place = (*hash, u32::try_from(id).unwrap_or(NO_SLOT));
+            if let Some(place) = order.get_mut(usize_from_u32(*next)) {
+                // Ids are counted against limits::IDS_MAX as they are added or loaded.
+                *place = (*hash, bounded(id, "id number (limits::IDS_MAX)"));
             }
             *next += 1;
         }
@@ -153,11 +161,8 @@ impl IdTable {
     /// table reads the names from `chunks`; its own copy of them ([`NameArena::from_parts`], made on
     /// another thread meanwhile) is put in with [`IdTable::with_names`].
     pub(crate) fn from_name_parts(chunks: &[&str], parts: &[[u8; 2]]) -> Result<IdTable, String> {
-        if parts.len() > IDS_AND_SLOTS_MAX {
-            return Err(format!(
-                "{} ids, more than the {IDS_AND_SLOTS_MAX} an index holds",
-                parts.len()
-            ));
+        if parts.len() > IDS_MAX {
+            return Err(format!("{} ids, more than the {IDS_MAX} an index holds", parts.len()));
         }
         let hasher = foldhash::fast::RandomState::default();
         let mut hashes = Vec::with_capacity(parts.len());
@@ -356,7 +361,7 @@ impl Index {
         for (slot, version) in self.slots.iter().enumerate() {
             if version.state() != VersionState::Forgotten {
                 if let Some(head) = heads.get_mut(position(version.id)) {
-                    *head = u32::try_from(slot).unwrap_or(NO_SLOT);
+                    *head = bounded(slot, "slot number (limits::VERSIONS_MAX)");
                 }
             }
         }
@@ -388,7 +393,8 @@ impl Index {
             *value = slot;
             return (id, head);
         }
-        let id = u32::try_from(self.names.len()).unwrap_or(u32::MAX);
+        // The writer (planning a batch) and replay (before each record) check room first.
+        let id = bounded(self.names.len(), "id number (limits::IDS_MAX)");
         self.names.push(name);
         let (names, hasher, slots) = (&self.names, &self.hasher, &self.slots);
         // Growing in place (when no grown copy was put in first) rehashes the ids known before.

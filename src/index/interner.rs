@@ -38,7 +38,9 @@ impl<T: Hash + Eq + Clone> Interner<T> {
             return *id;
         }
         let value = make();
-        let id = u32::try_from(self.values.len()).unwrap_or(u32::MAX);
+        // Types, scopes and sources are counted against limits::TYPES_MAX, SCOPES_MAX and
+        // SOURCES_MAX before they are interned (a checkpoint's tables: at most a u32 count).
+        let id = crate::num::bounded(self.values.len(), "interned value number");
         self.ids.insert(value.clone(), id);
         self.values.push(value);
         id
@@ -53,7 +55,7 @@ impl<T: Hash + Eq + Clone> Interner<T> {
     }
 
     pub(crate) fn value(&self, id: u32) -> Option<&T> {
-        self.values.get(usize::try_from(id).ok()?)
+        self.values.get(crate::num::usize_from_u32(id))
     }
 
     /// Every value, in the order of their ids.

@@ -10,7 +10,7 @@ use super::versions::VersionTable;
 /// The key of a slot in the ordered sets.
 pub(crate) fn key_of(slots: &VersionTable, slot: u32) -> (i64, u32) {
     let timestamp = slots
-        .timestamp(usize::try_from(slot).unwrap_or(usize::MAX))
+        .timestamp(super::position(slot))
         .map_or(i64::MAX, |timestamp| timestamp);
     (timestamp, slot)
 }
@@ -53,7 +53,7 @@ impl KeySet {
 
     /// Merges the out-of-order keys into the array, dropping slots no longer stored.
     fn merge(&mut self, slots: &VersionTable) {
-        let stored = |slot: &u32| slots.is_stored(usize::try_from(*slot).unwrap_or(usize::MAX));
+        let stored = |slot: &u32| slots.is_stored(super::position(*slot));
         let mut merged = Vec::with_capacity(self.base.len() + self.delta.len());
         let mut delta = std::mem::take(&mut self.delta).into_iter().peekable();
         for slot in self.base.iter(0, self.base.len()) {
@@ -95,7 +95,7 @@ impl KeySet {
         let mut kept = from;
         for at in from..end {
             let Some(&slot) = base.get(at) else { break };
-            let stored = slots.is_stored(usize::try_from(slot).unwrap_or(usize::MAX));
+            let stored = slots.is_stored(super::position(slot));
             if stored {
                 if let Some(place) = base.get_mut(kept) {
                     *place = slot;

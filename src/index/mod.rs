@@ -134,10 +134,59 @@ pub(crate) struct Visible {
 /// A slot or id number as a position in the index's arrays.
 #[inline]
 fn position(value: u32) -> usize {
-    usize::try_from(value).unwrap_or(usize::MAX)
+    crate::num::usize_from_u32(value)
+}
+
+/// How many versions, ids, scopes and sources the index holds: the counts its 32-bit numbers for
+/// them are bounded by (see [`crate::limits`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Counts {
+    pub(crate) versions: usize,
+    pub(crate) ids: usize,
+    pub(crate) scopes: usize,
+    pub(crate) sources: usize,
+}
+
+impl Counts {
+    /// Refuses `puts` more versions when they could take the index past one of its limits
+    /// ([`Error::Full`](crate::Error::Full) naming it): each adds a version (a put or a retired
+    /// record) and may add an id, a scope and a source. Counting each as new is conservative only
+    /// within `puts` of a limit. Types are bounded where they are registered
+    /// ([`crate::limits::TYPES_MAX`]).
+    pub(crate) fn check_room(&self, puts: usize) -> crate::error::Result<()> {
+        use crate::limits::{check_room, IDS_MAX, SCOPES_MAX, SOURCES_MAX, VERSIONS_MAX};
+        check_room(self.versions, puts, VERSIONS_MAX, "versions")?;
+        check_room(self.ids, puts, IDS_MAX, "ids")?;
+        check_room(self.scopes, puts, SCOPES_MAX, "scopes")?;
+        check_room(self.sources, puts, SOURCES_MAX, "sources")
+    }
 }
 
 impl Index {
+    /// How many versions, ids, scopes and sources the index holds.
+    pub(crate) fn counts(&self) -> Counts {
+        Counts {
+            versions: self.slots.len(),
+            ids: self.id_count(),
+            scopes: self.scopes.len(),
+            sources: self.sources.len(),
+        }
+    }
+
+    /// Refuses a replayed record that would take the index past one of its limits, as the writer
+    /// refuses a batch that could ([`Counts::check_room`]); for a put, also one of a type the index
+    /// has no room for (the writer bounds types where they are registered, but a record's type is
+    /// not checked against the registry when it is replayed).
+    pub(crate) fn check_room_to_replay(&self, kind: Option<&str>) -> crate::error::Result<()> {
+        self.counts().check_room(1)?;
+        match kind {
+            Some(kind) if self.kinds.get(kind).is_none() => {
+                crate::limits::check_room(self.kinds.len(), 1, crate::limits::TYPES_MAX, "types")
+            }
+            _ => Ok(()),
+        }
+    }
+
     pub(crate) fn slot(&self, slot: u32) -> Option<VersionEntry> {
         self.slots.get(position(slot))
     }

@@ -2,6 +2,8 @@
 //! not share with the previous id's, every sixteenth whole; rebuilt on the stack ([`NameBuf`]) or
 //! compared piece by piece without rebuilding.
 
+use crate::num::{bounded, u64_from_usize, usize_from_u64};
+
 use super::chunks::{ChunkVec, CHUNK};
 use super::position;
 
@@ -13,8 +15,10 @@ pub(crate) const NAME_CHUNK: usize = 1 << 16;
 pub(super) const NAME_MARK: usize = 16;
 const _: () = assert!(CHUNK.is_multiple_of(NAME_MARK));
 
-/// The longest id name the arena holds (a put's id is at most 128 bytes).
+/// The longest id name the arena holds: what a log record's one length byte allows (a put's id is
+/// at most [`ID_BYTES_MAX`](crate::limits::ID_BYTES_MAX) bytes).
 pub(super) const NAME_MAX: usize = 255;
+const _: () = assert!(crate::limits::ID_BYTES_MAX <= NAME_MAX && NAME_MAX <= u8::MAX as usize);
 
 /// Id names, front-coded. In id order, each name is stored as the bytes it does not share with the
 /// previous id's name (at least one), back to back in chunks that never move; a chunk holds whole
@@ -93,10 +97,7 @@ pub(super) fn mark_of((chunk, offset): (usize, usize)) -> u64 {
 
 /// The (chunk, offset) a mark holds.
 fn mark_place(mark: u64) -> (usize, usize) {
-    (
-        usize::try_from(mark >> 32).unwrap_or(usize::MAX),
-        (mark & 0xffff_ffff) as usize,
-    )
+    (usize_from_u64(mark >> 32), usize_from_u64(mark & 0xffff_ffff))
 }
 
 /// Where each of consecutive parts, of the stored lengths `lens`, starts in `chunks`, the first at
@@ -189,13 +190,14 @@ fn name_pieces<S: AsRef<str>>(
 }
 
 impl NameArena {
-    /// Stores the name of the next id (at most [`NAME_MAX`] bytes, cut at a character boundary).
+    /// Stores the name of the next id, at most [`NAME_MAX`] bytes: a put's id is validated, and a
+    /// replayed record's is no longer than its length byte allows.
     pub(super) fn push(&mut self, name: &str) {
-        let mut len = name.len().min(NAME_MAX);
-        while !name.is_char_boundary(len) {
-            len -= 1;
-        }
-        let name = name.get(..len).unwrap_or("");
+        assert!(
+            name.len() <= NAME_MAX,
+            "an id name of {} bytes is past the {NAME_MAX} the index holds",
+            name.len()
+        );
         let marked = self.parts.len().is_multiple_of(NAME_MARK);
         let shared = if marked { 0 } else { shared_prefix(&self.last, name) };
         let part = name.get(shared..).unwrap_or("");
@@ -213,9 +215,10 @@ impl NameArena {
         if marked {
             self.marks.push(mark_of((chunk, offset)));
         }
+        // Both at most the name's length, at most NAME_MAX (asserted above).
         self.parts.push([
-            u8::try_from(shared).unwrap_or(u8::MAX),
-            u8::try_from(part.len()).unwrap_or(u8::MAX),
+            bounded(shared, "shared bytes of an id name (at most NAME_MAX)"),
+            bounded(part.len(), "stored bytes of an id name (at most NAME_MAX)"),
         ]);
         self.last.clear();
         self.last.push_str(name);
@@ -285,7 +288,7 @@ impl NameArena {
             if !part.is_some_and(|part| buf.extend(usize::from(*shared), part)) {
                 buf.len = 0;
             }
-            each(u32::try_from(id).unwrap_or(u32::MAX), buf.as_str());
+            each(bounded(id, "id number (limits::IDS_MAX)"), buf.as_str());
         }
     }
 
@@ -333,11 +336,12 @@ impl NameArena {
     }
 
     pub(super) fn heap_bytes(&self) -> u64 {
-        (self.chunks.iter().map(String::capacity).sum::<usize>()
-            + self.chunks.capacity() * 24
-            + self.parts.heap_bytes() as usize
-            + self.marks.capacity() * 8
-            + self.last.capacity()) as u64
+        u64_from_usize(
+            self.chunks.iter().map(String::capacity).sum::<usize>()
+                + self.chunks.capacity() * 24
+                + self.marks.capacity() * 8
+                + self.last.capacity(),
+        ) + self.parts.heap_bytes()
     }
 }
 
@@ -440,7 +444,7 @@ mod tests {
             // 120-byte names that share nothing with their neighbours fill most of a chunk, so
             // that the first chunk ends among the drawn names or just before them.
             let mut names: Vec<String> = (0..filler)
-                .map(|n| format!("{}{n:0>119}", char::from(b'A' + (n % 26) as u8)))
+                .map(|n| format!("{}{n:0>119}", char::from(b'A' + u8::try_from(n % 26).unwrap())))
                 .collect();
             names.extend(drawn);
             let mut index = Index::default();

@@ -105,8 +105,10 @@ impl Packed {
         }
         self.blocks.push(PackedBlock {
             first: slots.first().copied().unwrap_or(0),
-            word: u32::try_from(start).unwrap_or(u32::MAX),
-            width: width as u8,
+            // At most 33 bits per slot, of at most limits::VERSIONS_MAX slots: under 2^31 words.
+            word: crate::num::bounded(start, "word position in a packed array"),
+            // 64 minus a count of leading zeros.
+            width: crate::num::bounded(width, "bits per gap (at most 64)"),
             signed,
         });
     }
@@ -120,7 +122,8 @@ impl Packed {
         } else {
             coded as i64
         };
-        (i64::from(slot) + 1 + gap) as u32
+        // The slot it was when it was packed.
+        crate::num::bounded(i64::from(slot) + 1 + gap, "a packed slot")
     }
 
     /// Coded gap `j` of `block`.
@@ -130,7 +133,7 @@ impl Packed {
             return 0;
         }
         let at = j * width;
-        let word = block.word as usize + at / 64;
+        let word = crate::num::usize_from_u32(block.word) + at / 64;
         let shift = at % 64;
         let mut value = self.words.get(word).map_or(0, |w| w >> shift);
         if shift + width > 64 {

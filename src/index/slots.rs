@@ -102,7 +102,8 @@ impl SortedSlots {
                 let last = runs.len().checked_sub(1)?;
                 let run = runs.get(last)?;
                 let count = run.end - SortedSlots::run_start(runs, last);
-                Some(run.first + u32::try_from(count - 1).unwrap_or(u32::MAX))
+                // A run's slots are slot numbers, the last one included.
+                Some(run.first + crate::num::bounded::<u32, _>(count - 1, "slots in a run"))
             }
             SortedSlots::Packed(packed) => packed.last(),
         }

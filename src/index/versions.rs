@@ -148,7 +148,7 @@ impl VersionTable {
         // The timestamp has at most 40 bits and the type number 16: the conversions are exact.
         stored.is_stored().then_some((
             (meta & META_TIMESTAMP_MASK) as i64,
-            (meta >> META_KIND_SHIFT) as u16,
+            crate::num::low_u16(meta >> META_KIND_SHIFT),
             stored.scope,
         ))
     }
@@ -191,8 +191,8 @@ impl VersionTable {
         };
         let stored = StoredEntry {
             // The low and high halves of the word.
-            meta_low: version.meta as u32,
-            meta_high: (version.meta >> 32) as u32,
+            meta_low: crate::num::low_u32(version.meta),
+            meta_high: crate::num::low_u32(version.meta >> 32),
             place,
             offset,
             crc,

@@ -184,10 +184,10 @@ mod tests {
             state = state
                 .wrapping_mul(6_364_136_223_846_793_005)
                 .wrapping_add(1_442_695_040_888_963_407);
-            let len = usize::try_from(state >> 58).unwrap_or(0);
+            let len = crate::num::usize_from_u64(state >> 58);
             let text: String = (0..len)
                 .map(|i| {
-                    let pick = (state >> (i % 48)) as usize % alphabet.len();
+                    let pick = crate::num::usize_from_u64(state >> (i % 48)) % alphabet.len();
                     alphabet.get(pick).copied().unwrap_or('a')
                 })
                 .collect();

@@ -151,19 +151,29 @@ impl ContextItem {
         self
     }
 
-    /// When the item expires: `timestamp + ttl_seconds` (saturating), or `None` without a TTL.
+    /// When the item expires: `timestamp + ttl_seconds`, or `None` without a TTL. A sum past the
+    /// last `i64` second (a TTL of more than 292 billion years) is `i64::MAX`, which means never.
     #[must_use]
     pub fn expires_at(&self) -> Option<i64> {
         expiry(self.timestamp, self.ttl_seconds)
     }
 }
 
-/// When an item of `timestamp` and `ttl_seconds` expires: their sum, saturating (a TTL past the end
-/// of `i64` seconds means never in practice, and is kept as the largest time), or `None` without a
-/// TTL. The one place the expiry is computed, for items and for stored records alike.
+/// The expiry of an item that never expires, and of one whose expiry is past the last `i64`
+/// second: the index keeps both as never, and no clock reaches either.
+pub(crate) const NEVER_EXPIRES: i64 = i64::MAX;
+
+/// When an item of `timestamp` and `ttl_seconds` expires, or `None` without a TTL: their exact sum,
+/// or [`NEVER_EXPIRES`] when the sum is past the last `i64` second. Validation bounds the timestamp
+/// (`0..=TIMESTAMP_MAX`) but not the TTL (any `u64` from 1 on): a TTL from `i64::MAX -
+/// TIMESTAMP_MAX` seconds on (292 billion years) reaches it. The one place the expiry is computed,
+/// for items and for stored records alike.
 #[inline]
 pub(crate) fn expiry(timestamp: i64, ttl_seconds: Option<u64>) -> Option<i64> {
-    ttl_seconds.map(|ttl| timestamp.saturating_add(i64::try_from(ttl).unwrap_or(i64::MAX)))
+    ttl_seconds.map(|ttl| {
+        let at = i128::from(timestamp) + i128::from(ttl);
+        i64::try_from(at).unwrap_or(NEVER_EXPIRES)
+    })
 }
 
 #[cfg(test)]
@@ -193,5 +203,16 @@ mod tests {
         let mut late = item().with_ttl(10);
         late.timestamp = i64::MAX - 5;
         assert_eq!(late.expires_at(), Some(i64::MAX));
+        // Exact whenever the sum is an i64, whatever the TTL.
+        late.timestamp = i64::MIN;
+        late.ttl_seconds = Some(u64::MAX);
+        assert_eq!(late.expires_at(), Some(i64::MAX));
+        late.timestamp = -10;
+        assert_eq!(late.expires_at(), Some(i64::MAX), "past it: never");
+        late.ttl_seconds = Some(1 << 63);
+        assert_eq!(late.expires_at(), Some(i64::MAX - 9));
+        late.timestamp = crate::limits::TIMESTAMP_MAX;
+        late.ttl_seconds = Some(u64::try_from(i64::MAX - crate::limits::TIMESTAMP_MAX).unwrap());
+        assert_eq!(late.expires_at(), Some(i64::MAX), "the first TTL that reaches it");
     }
 }

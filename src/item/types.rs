@@ -9,6 +9,8 @@ use crate::limits;
 
 /// Bytes of a type name, at the most.
 const TYPE_NAME_BYTES_MAX: usize = 64;
+// A type name's length is stored in one byte, a pattern's in two (log records, checkpoints).
+const _: () = assert!(TYPE_NAME_BYTES_MAX <= u8::MAX as usize && limits::ID_PATTERN_BYTES_MAX <= u16::MAX as usize);
 
 /// The size limit, in bytes, of a compiled id pattern.
 const ID_PATTERN_COMPILED_BYTES_MAX: usize = 1 << 20;
@@ -178,10 +180,12 @@ impl TypeRegistry {
     ///
     /// # Errors
     ///
-    /// The errors of [`TypeRegistry::check_register`]; the registry is then unchanged.
+    /// The errors of [`TypeRegistry::check_register`], and [`Error::Full`] for a new type when
+    /// [`limits::TYPES_MAX`] are registered; the registry is then unchanged.
     pub(crate) fn insert(&mut self, spec: TypeSpec) -> Result<()> {
         let regex = Self::validate_spec(&spec)?;
         if self.check_known(&spec)? {
+            limits::check_room(self.len(), 1, limits::TYPES_MAX, "types")?;
             self.custom.insert(spec.name.clone(), (spec, regex));
         }
         Ok(())
@@ -212,6 +216,11 @@ impl TypeRegistry {
             )),
             Some(_) => Ok(()),
         }
+    }
+
+    /// How many types are registered, the built-in ones included.
+    pub(crate) fn len(&self) -> usize {
+        BUILTIN_TYPES.len() + self.custom.len()
     }
 
     /// Every known type name (built-in and custom), sorted.

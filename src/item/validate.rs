@@ -141,8 +141,8 @@ pub(crate) fn check_item(
     if canonical.len() > max_content_bytes {
         return Err(Error::TooLarge {
             what: "content".to_owned(),
-            len: u64::try_from(canonical.len()).unwrap_or(u64::MAX),
-            max: u64::try_from(max_content_bytes).unwrap_or(u64::MAX),
+            len: crate::num::u64_from_usize(canonical.len()),
+            max: crate::num::u64_from_usize(max_content_bytes),
             index: None,
         });
     }

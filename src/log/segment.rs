@@ -20,6 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
+use crate::num::{usize_from_u32, usize_from_u64};
 use crate::storage::{sync_dir, SharedBytes, Storage, StorageFile};
 
 /// The magic bytes that open every segment.
@@ -257,8 +258,8 @@ impl Segment {
     pub(crate) fn touch(&self, offsets: &mut dyn Iterator<Item = (u32, u32)>) -> u8 {
         let touch = |bytes: &[u8], offsets: &mut dyn Iterator<Item = (u32, u32)>| {
             offsets.fold(0u8, |sum, (offset, len)| {
-                let start = offset as usize;
-                let end = start.saturating_add(len as usize).min(bytes.len());
+                let start = usize_from_u32(offset);
+                let end = (start + usize_from_u32(len)).min(bytes.len());
                 let mut sum = sum;
                 let mut at = start;
                 while at < end {
@@ -295,10 +296,8 @@ impl Segment {
             return Err(corrupt("record location is past the end of the segment"));
         }
         if let Some(map) = &self.map {
-            let start = usize::try_from(offset).map_err(|_| corrupt("offset overflow"))?;
-            let stop = usize::try_from(end).map_err(|_| corrupt("offset overflow"))?;
             return map
-                .get(start..stop)
+                .get(usize_from_u64(offset)..usize_from_u64(end))
                 .map(RecordBytes::Mapped)
                 .ok_or_else(|| corrupt("record past the map"));
         }
@@ -306,13 +305,12 @@ impl Segment {
             // The window is shared, not copied: a reader keeps the mapping it read from alive
             // (one reference count) even if the writer maps a longer window meanwhile.
             let window = self.window.read().unwrap_or_else(std::sync::PoisonError::into_inner);
-            let start = usize::try_from(offset).unwrap_or(usize::MAX);
-            let stop = usize::try_from(end).unwrap_or(usize::MAX);
+            let (start, stop) = (usize_from_u64(offset), usize_from_u64(end));
             if let Some(window) = window.as_ref().filter(|w| w.get(start..stop).is_some()) {
                 return Ok(RecordBytes::Window(window.clone(), start..stop));
             }
         }
-        let mut buf = vec![0u8; usize::try_from(len).unwrap_or(0)];
+        let mut buf = vec![0u8; usize_from_u32(len)];
         self.file
             .read_exact_at(&mut buf, offset)
             .map_err(|e| Error::io(format!("reading {} at {offset}", self.path.display()), e))?;
@@ -418,7 +416,7 @@ mod tests {
     fn check_window(storage: &dyn Storage, dir: &Path) {
         let mut active = create_segment(storage, dir, 1, 0).expect("segment");
         let segment = Arc::clone(&active.segment);
-        let pattern = |at: u64| u8::try_from(at % 251).unwrap_or(0);
+        let pattern = |at: u64| u8::try_from(at % 251).unwrap();
         let mut written: Vec<u8> = vec![0; SEGMENT_HEADER_BYTES];
         let mut windows = Vec::new();
         // A record read from each window, kept across the remappings that follow it.

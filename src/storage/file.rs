@@ -59,7 +59,7 @@ impl StorageFile for RealFile {
             while at < len {
                 let step = (len - at).min(ZEROS.len() as u64);
                 self.file
-                    .write_all_at(ZEROS.get(..usize::try_from(step).unwrap_or(0)).unwrap_or_default(), at)?;
+                    .write_all_at(ZEROS.get(..crate::num::usize_from_u64(step)).unwrap_or_default(), at)?;
                 at += step;
             }
             return Ok(());

@@ -183,8 +183,9 @@ impl Store {
     ///
     /// # Errors
     /// `Invalid`, `UnknownType`, `HashMismatch`, `TooLarge`, `VersionConflict` with the position of the
-    /// refused item as `index`; `TooLarge` for a batch over the limits; `Poisoned` after an earlier
-    /// write failure; `Io` if the write or fsync fails.
+    /// refused item as `index`; `TooLarge` for a batch over the limits; `Full` for a batch that could
+    /// take the store past what its index numbers ([`limits`](crate::limits): versions, ids, scopes,
+    /// sources); `Poisoned` after an earlier write failure; `Io` if the write or fsync fails.
     pub fn add<I: IntoIterator<Item = ContextItem>>(&self, items: I) -> Result<Vec<AddOutcome>> {
         self.add_checked(items, None)
     }
@@ -221,7 +222,8 @@ impl Store {
     ///
     /// # Errors
     /// `Invalid` for a malformed name or pattern, a built-in name, or a name already registered with
-    /// another pattern; `Poisoned` or `Io` as for [`Store::add`].
+    /// another pattern; `Full` for a new type once [`limits::TYPES_MAX`](crate::limits::TYPES_MAX)
+    /// types (built-in ones included) are registered; `Poisoned` or `Io` as for [`Store::add`].
     pub fn register_type(&self, spec: TypeSpec) -> Result<()> {
         TypeRegistry::validate_spec(&spec)?;
         self.submit(vec![Op::RegisterType(spec)]).map(|_| ())

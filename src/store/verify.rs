@@ -159,7 +159,7 @@ fn verify_segment(
     report: &mut VerifyReport,
 ) -> Result<()> {
     let mut bytes = read_whole(storage, &segment.path)?;
-    bytes.truncate(usize::try_from(segment.published_len()).unwrap_or(usize::MAX));
+    bytes.truncate(crate::num::usize_from_u64(segment.published_len()));
     let problem = |offset: usize, reason: String| Problem {
         file: segment.path.clone(),
         offset: offset as u64,

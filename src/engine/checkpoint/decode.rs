@@ -7,7 +7,9 @@ use std::sync::Arc;
 
 use crate::index::{IdTable, Index, Interner, KeySet, NameArena, PinInfo};
 use crate::item::{Scope, TypeRegistry, TypeSpec};
+use crate::limits::{SCOPES_MAX, SOURCES_MAX, TYPES_MAX};
 use crate::log::record::{Cursor, DecodeError};
+use crate::num::usize_from_u32;
 
 use super::versions::{assemble, derive_sets, join, le_u32, Bounds, VersionRows};
 use super::{Loaded, SegmentMark, CHECKPOINT_HEADER_BYTES, CHECKPOINT_MAGIC, CHECKPOINT_VERSION, VERSION_BYTES};
@@ -23,7 +25,7 @@ fn reason(e: DecodeError) -> String {
 
 /// Checks that `count` items of at least `each` bytes fit in what is left.
 fn bounded(count: u32, each: usize, cursor: &Cursor<'_>, total: usize, what: &str) -> Result<usize, String> {
-    let count = usize::try_from(count).map_err(|_| format!("{what} count overflow"))?;
+    let count = usize_from_u32(count);
     let left = total.saturating_sub(cursor.position());
     if count.saturating_mul(each) > left {
         return Err(format!("{what} count {count} cannot fit in the {left} bytes left"));
@@ -175,15 +177,23 @@ fn read_pins(c: &mut Cursor<'_>, total: usize) -> Result<BTreeMap<String, PinInf
     Ok(pins)
 }
 
+/// A table's count, refused past `limit`.
+fn within(count: u32, limit: usize, what: &str) -> Result<u32, String> {
+    if usize_from_u32(count) > limit {
+        return Err(format!("{count} {what}, more than the {limit} a store holds"));
+    }
+    Ok(count)
+}
+
 /// The interned types, scopes and sources the version rows number.
 fn read_tables(c: &mut Cursor<'_>, total: usize) -> Result<Tables, String> {
-    let count = c.u32("type table count").map_err(reason)?;
+    let count = within(c.u32("type table count").map_err(reason)?, TYPES_MAX, "types")?;
     let mut kinds = Interner::default();
     for _ in 0..bounded(count, 1, c, total, "type table")? {
         let len = usize::from(c.u8("type length").map_err(reason)?);
         kinds.intern(&Box::from(get_str(c, len, "type")?));
     }
-    let count = c.u32("scope count").map_err(reason)?;
+    let count = within(c.u32("scope count").map_err(reason)?, SCOPES_MAX, "scopes")?;
     let mut scopes = Interner::default();
     for _ in 0..bounded(count, 1, c, total, "scope")? {
         let scope = match c.u8("scope tag").map_err(reason)? {
@@ -197,14 +207,11 @@ fn read_tables(c: &mut Cursor<'_>, total: usize) -> Result<Tables, String> {
         };
         scopes.intern(&scope);
     }
-    let count = c.u32("source count").map_err(reason)?;
+    let count = within(c.u32("source count").map_err(reason)?, SOURCES_MAX, "sources")?;
     let mut sources = Interner::default();
     for _ in 0..bounded(count, 2, c, total, "source")? {
         let len = usize::from(c.u16("source length").map_err(reason)?);
         sources.intern(&Box::from(get_str(c, len, "source")?));
-    }
-    if kinds.len() > usize::from(u16::MAX) {
-        return Err("too many types".into());
     }
     Ok((kinds, scopes, sources))
 }
@@ -229,7 +236,7 @@ fn read_names<'a>(c: &mut Cursor<'a>, total: usize) -> Result<Names<'a>, String>
     let count = c.u32("name chunk count").map_err(reason)?;
     let mut chunks = Vec::with_capacity(bounded(count, 4, c, total, "name chunk")?);
     for _ in 0..count {
-        let len = usize::try_from(c.u32("name chunk length").map_err(reason)?).unwrap_or(usize::MAX);
+        let len = usize_from_u32(c.u32("name chunk length").map_err(reason)?);
         chunks.push(c.take(len, "name chunk").map_err(reason)?);
     }
     let count = c.u32("deleted id count").map_err(reason)?;
@@ -238,7 +245,7 @@ fn read_names<'a>(c: &mut Cursor<'a>, total: usize) -> Result<Names<'a>, String>
     for _ in 0..count {
         let id = c.u32("deleted id").map_err(reason)?;
         let times = c.u32("deletes").map_err(reason)?;
-        if usize::try_from(id).map_or(true, |id| id >= id_count) {
+        if usize_from_u32(id) >= id_count {
             return Err(format!("deleted id number {id} is out of range"));
         }
         deletes.push((id, times));

@@ -1,8 +1,10 @@
 //! Encoding a checkpoint: the index's tables and version rows into a body, through a [`Sink`] (a
 //! buffer, a byte counter, or a file in steps), and the header and checksum around it.
 
+use crate::error::Result;
 use crate::index::{Index, VersionEntry, VersionState, NO_SLOT};
 use crate::item::Scope;
+use crate::num::{bounded, checked, u64_from_usize, usize_from_u32, usize_from_u64};
 
 use super::{
     SegmentMark, CHECKPOINT_HEADER_BYTES, CHECKPOINT_MAGIC, CHECKPOINT_VERSION, STATE_RETIRED, STATE_STORED,
@@ -35,11 +37,11 @@ impl Sink for Vec<u8> {
     }
     #[inline]
     fn position(&self) -> u64 {
-        self.len() as u64
+        u64_from_usize(self.len())
     }
     fn patch(&mut self, at: u64, bytes: &[u8]) {
-        let at = usize::try_from(at).unwrap_or(usize::MAX);
-        if let Some(slot) = self.get_mut(at..at.saturating_add(bytes.len())) {
+        let at = usize_from_u64(at);
+        if let Some(slot) = self.get_mut(at..at + bytes.len()) {
             slot.copy_from_slice(bytes);
         }
     }
@@ -53,7 +55,7 @@ pub(super) struct Count(pub(super) u64);
 impl Sink for Count {
     #[inline]
     fn extend_from_slice(&mut self, bytes: &[u8]) {
-        self.0 += bytes.len() as u64;
+        self.0 += u64_from_usize(bytes.len());
     }
     #[inline]
     fn position(&self) -> u64 {
@@ -62,18 +64,32 @@ impl Sink for Count {
     fn patch(&mut self, _at: u64, _bytes: &[u8]) {}
 }
 
-fn put_u8_str(out: &mut impl Sink, s: &str) {
-    out.push(u8::try_from(s.len()).unwrap_or(u8::MAX));
+/// A string with its length in one byte: `what` is no longer than that where it enters the index
+/// (validated, or read from a log record or a checkpoint that gives its length in one byte too).
+fn put_u8_str(out: &mut impl Sink, s: &str, what: &str) {
+    out.push(bounded(s.len(), what));
     out.extend_from_slice(s.as_bytes());
 }
 
-fn put_u16_str(out: &mut impl Sink, s: &str) {
-    out.extend_from_slice(&u16::try_from(s.len()).unwrap_or(u16::MAX).to_le_bytes());
+/// A string with its length in two bytes (as [`put_u8_str`]).
+fn put_u16_str(out: &mut impl Sink, s: &str, what: &str) {
+    out.extend_from_slice(&bounded::<u16, _>(s.len(), what).to_le_bytes());
     out.extend_from_slice(s.as_bytes());
 }
 
-fn put_count(out: &mut impl Sink, n: usize) {
-    out.extend_from_slice(&u32::try_from(n).unwrap_or(u32::MAX).to_le_bytes());
+/// A count in four bytes: `what` is bounded by a limit (see [`crate::limits`]), or checked by
+/// [`check_counts`].
+fn put_count(out: &mut impl Sink, n: usize, what: &str) {
+    out.extend_from_slice(&bounded::<u32, _>(n, what).to_le_bytes());
+}
+
+/// Refuses, before anything is written, a checkpoint of an index whose counts that no limit bounds
+/// do not fit in the format's four bytes: its pins and segments. The other counts are at most
+/// [`crate::limits`]'s (types, versions, ids, scopes, sources) or follow from them.
+pub(super) fn check_counts(index: &Index, segments: &[SegmentMark]) -> Result<()> {
+    checked::<u32, _>(index.pins.len(), "checkpoint pin count")?;
+    checked::<u32, _>(segments.len(), "checkpoint segment count")?;
+    Ok(())
 }
 
 /// Encodes the index, as of its sequence number, with the segments it points into.
@@ -108,11 +124,11 @@ pub(super) fn encode_body_into(
     kept_known: Option<u32>,
 ) -> u32 {
     put_tables(body, index, segments);
-    put_count(body, index.id_count());
+    put_count(body, index.id_count(), "id count (limits::IDS_MAX)");
     put_names(body, index);
     let mut deleted = index.deleted_ids();
     deleted.sort_unstable();
-    put_count(body, deleted.len());
+    put_count(body, deleted.len(), "deleted id count (limits::IDS_MAX)");
     for (id, deletes) in deleted {
         body.extend_from_slice(&id.to_le_bytes());
         body.extend_from_slice(&deletes.to_le_bytes());
@@ -123,49 +139,53 @@ pub(super) fn encode_body_into(
 /// The tables before the ids: the segments the checkpoint covers, the registered types, the pins,
 /// and the interned types, scopes and sources.
 fn put_tables(body: &mut impl Sink, index: &Index, segments: &[SegmentMark]) {
-    put_count(body, segments.len());
+    put_count(body, segments.len(), "segment count (check_counts)");
     for mark in segments {
         body.extend_from_slice(&mark.number.to_le_bytes());
         body.extend_from_slice(&mark.rewrites.to_le_bytes());
         body.extend_from_slice(&mark.len.to_le_bytes());
     }
     let types = index.registry.custom();
-    put_count(body, types.len());
+    put_count(body, types.len(), "type count (limits::TYPES_MAX)");
     for spec in &types {
-        put_u8_str(body, spec.name());
+        put_u8_str(body, spec.name(), "type name (at most 64 bytes)");
         match spec.pattern() {
             Some(pattern) => {
                 body.push(1);
-                put_u16_str(body, pattern);
+                put_u16_str(body, pattern, "id pattern (limits::ID_PATTERN_BYTES_MAX)");
             }
             None => body.push(0),
         }
     }
-    put_count(body, index.pins.len());
+    put_count(body, index.pins.len(), "pin count (check_counts)");
     for (name, pin) in &index.pins {
-        put_u8_str(body, name);
+        put_u8_str(body, name, "pin name (limits::ID_BYTES_MAX)");
         body.extend_from_slice(&pin.seq.to_le_bytes());
         body.extend_from_slice(&pin.taken_at.to_le_bytes());
-        put_u8_str(body, pin.session.as_deref().unwrap_or(""));
+        put_u8_str(
+            body,
+            pin.session.as_deref().unwrap_or(""),
+            "session id (limits::ID_BYTES_MAX)",
+        );
     }
-    put_count(body, index.kinds.len());
+    put_count(body, index.kinds.len(), "type table count (limits::TYPES_MAX)");
     for kind in index.kinds.values() {
-        put_u8_str(body, kind);
+        put_u8_str(body, kind, "type name (a record's type length is one byte)");
     }
-    put_count(body, index.scopes.len());
+    put_count(body, index.scopes.len(), "scope count (limits::SCOPES_MAX)");
     for scope in index.scopes.values() {
         match scope {
             Scope::Session(id) => {
                 body.push(0);
-                put_u8_str(body, id);
+                put_u8_str(body, id, "session id (a record's session length is one byte)");
             }
             Scope::GlobalReadonly => body.push(1),
             Scope::GlobalWritable => body.push(2),
         }
     }
-    put_count(body, index.sources.len());
+    put_count(body, index.sources.len(), "source count (limits::SOURCES_MAX)");
     for source in index.sources.values() {
-        put_u16_str(body, source);
+        put_u16_str(body, source, "source (a record's source length is two bytes)");
     }
 }
 
@@ -192,7 +212,7 @@ fn put_versions(body: &mut impl Sink, index: &Index, kept_known: Option<u32>) ->
             if let Some(count) = per_type.get_mut(usize::from(version.kind())) {
                 *count += 1;
             }
-            if let Some(count) = per_scope.get_mut(usize::try_from(version.scope).unwrap_or(usize::MAX)) {
+            if let Some(count) = per_scope.get_mut(usize_from_u32(version.scope)) {
                 *count += 1;
             }
         }
@@ -203,13 +223,19 @@ fn put_versions(body: &mut impl Sink, index: &Index, kept_known: Option<u32>) ->
     // The time set in full; the type and scope sets are the same order filtered, so only their
     // sizes are stored.
     let slots = index.by_time.sorted_slots(&index.slots);
-    put_count(body, slots.len());
+    put_count(body, slots.len(), "time set size (limits::VERSIONS_MAX)");
     for slot in slots {
-        let number = renumber.get(usize::try_from(slot).unwrap_or(usize::MAX)).copied();
-        body.extend_from_slice(&number.unwrap_or(NO_SLOT).to_le_bytes());
+        // The time set holds slots of the index only, each renumbered above.
+        let Some(number) = renumber.get(usize_from_u32(slot)).copied() else {
+            panic!("the time set holds slot {slot}, past the {} versions", renumber.len());
+        };
+        body.extend_from_slice(&number.to_le_bytes());
     }
-    for counts in [per_type, per_scope] {
-        put_count(body, counts.len());
+    for (counts, what) in [
+        (per_type, "type set count (limits::TYPES_MAX)"),
+        (per_scope, "scope set count (limits::SCOPES_MAX)"),
+    ] {
+        put_count(body, counts.len(), what);
         for count in counts {
             body.extend_from_slice(&count.to_le_bytes());
         }
@@ -225,9 +251,10 @@ pub(super) fn put_names(body: &mut impl Sink, index: &Index) {
     for part in parts {
         body.extend_from_slice(part);
     }
-    put_count(body, chunks.len());
+    // A chunk holds one name part at least, and at most NAME_CHUNK bytes.
+    put_count(body, chunks.len(), "name chunk count (limits::IDS_MAX)");
     for chunk in chunks {
-        put_count(body, chunk.len());
+        put_count(body, chunk.len(), "name chunk length (index::NAME_CHUNK)");
         body.extend_from_slice(chunk.as_bytes());
     }
 }
@@ -245,7 +272,8 @@ pub(super) fn seal(seq: u64, body: &[u8]) -> Vec<u8> {
 /// Turns `file`, a header's worth of space followed by a body, into the checkpoint file for `seq`:
 /// fills in the header and appends the CRC. Needs no lock, and copies nothing.
 pub(super) fn seal_in_place(seq: u64, file: &mut Vec<u8>) {
-    let header = header(seq, file.len().saturating_sub(CHECKPOINT_HEADER_BYTES) as u64);
+    // `file` starts with the header's space.
+    let header = header(seq, u64_from_usize(file.len() - CHECKPOINT_HEADER_BYTES));
     if let Some(slot) = file.get_mut(..CHECKPOINT_HEADER_BYTES) {
         slot.copy_from_slice(&header);
     }

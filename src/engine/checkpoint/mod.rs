@@ -25,7 +25,7 @@ use crate::index::Index;
 use crate::storage::{append_prepared, sync_dir, Storage};
 
 pub(crate) use decode::{decode, is_older_format};
-use encode::{body_capacity, encode_body_into, seal_in_place};
+use encode::{body_capacity, check_counts, encode_body_into, seal_in_place};
 use stream::{stream, STREAM_STEP};
 
 /// The magic bytes that open every checkpoint file.
@@ -160,9 +160,10 @@ pub(crate) fn write(shared: &Shared, sync_log: bool) -> Result<u64> {
     file.clear();
     file.extend_from_slice(&[0; CHECKPOINT_HEADER_BYTES]);
     let seq = with_published_index(shared, |index, marks| {
+        check_counts(index, &marks)?;
         encode_body_into(&mut file, index, &marks, None);
-        index.seq
-    })?;
+        Ok::<_, Error>(index.seq)
+    })??;
     // The header and the checksum are filled in after the lock is released.
     seal_in_place(seq, &mut file);
     let bytes = file;
@@ -170,9 +171,10 @@ pub(crate) fn write(shared: &Shared, sync_log: bool) -> Result<u64> {
         shared.flush()?;
     }
     install(&*shared.storage, &shared.dir, seq, &bytes)?;
-    shared
-        .last_checkpoint_bytes
-        .store(bytes.len() as u64, std::sync::atomic::Ordering::Relaxed);
+    shared.last_checkpoint_bytes.store(
+        crate::num::u64_from_usize(bytes.len()),
+        std::sync::atomic::Ordering::Relaxed,
+    );
     Ok(seq)
 }
 

@@ -7,7 +7,7 @@ use crate::error::{Error, Result};
 use crate::index::Index;
 use crate::storage::{Allocation, Storage, StorageFile};
 
-use super::encode::{encode_body_into, header, Count, Sink};
+use super::encode::{check_counts, encode_body_into, header, Count, Sink};
 use super::{SegmentMark, CHECKPOINT_HEADER_BYTES, VERSION_BYTES};
 
 /// Bytes a streamed checkpoint gathers before each write to its file.
@@ -84,6 +84,7 @@ pub(super) fn stream(
     step: usize,
 ) -> Result<(u64, usize)> {
     let writing = |e| Error::io(format!("writing {}", tmp.display()), e);
+    check_counts(index, segments)?;
     let mut count = Count::default();
     let kept = encode_body_into(&mut count, index, segments, None);
     let body_end = CHECKPOINT_HEADER_BYTES as u64 + count.0;

@@ -46,7 +46,7 @@ fn many_ids() -> (Index, Vec<SegmentMark>) {
         format!(
             "id-{:06}-{}",
             n * 7919 % 1500,
-            "x".repeat(usize::try_from(n % 40).unwrap_or(0))
+            "x".repeat(usize::try_from(n % 40).unwrap())
         )
     };
     let mut index = Index::default();
@@ -405,6 +405,24 @@ fn ordered_sets_that_disagree_with_the_versions_are_refused() {
         b.extend_from_slice(&[1, 0, 0, 0, 2, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0]);
     });
     assert!(short.contains("every stored version"), "{short}");
+}
+
+#[test]
+fn tables_past_the_limits_of_a_store_are_refused() {
+    // No segments, types or pins, then a count of interned types, scopes or sources, one past its
+    // limit: refused before any of them is read.
+    for (at, count, what) in [
+        (0, crate::limits::TYPES_MAX + 1, "types"),
+        (1, crate::limits::SCOPES_MAX + 1, "scopes"),
+        (2, crate::limits::SOURCES_MAX + 1, "sources"),
+    ] {
+        let mut body = vec![0u8; 12];
+        // The tables before the one past its limit, each empty.
+        body.extend(std::iter::repeat_n(0u8, 4 * at));
+        body.extend_from_slice(&u32::try_from(count).unwrap().to_le_bytes());
+        let refused = decode(&seal(1, &body)).map(|_| ()).expect_err("past the limit");
+        assert!(refused.contains(&format!("{count} {what}, more than")), "{refused}");
+    }
 }
 
 #[test]

@@ -3,6 +3,7 @@
 //! their overflow table; and the ordered sets derived from the time set.
 
 use crate::index::{KeySet, Location, Rare, VersionEntry, VersionState, VersionTable, CHUNK, SEQ_OPEN};
+use crate::num::usize_from_u32;
 
 use super::{STATE_RETIRED, STATE_STORED, VERSION_BYTES};
 
@@ -60,7 +61,7 @@ fn decode_version(
         (Some(STATE_RETIRED), Some(0)) => VersionState::Retired,
         (state, _) => return Err(format!("unknown version state {state:?}")),
     };
-    if usize::try_from(id).map_or(true, |id| id >= bounds.ids) {
+    if usize_from_u32(id) >= bounds.ids {
         return Err(format!("id number {id} is out of range"));
     }
     if !(0..=crate::limits::TIMESTAMP_MAX).contains(&timestamp) {
@@ -68,9 +69,8 @@ fn decode_version(
     }
     if state == VersionState::Stored {
         let (kinds, scopes, sources) = bounds.tables;
-        let tables_hold = usize::from(kind) < kinds
-            && usize::try_from(scope).is_ok_and(|s| s < scopes)
-            && usize::try_from(source).is_ok_and(|s| s < sources);
+        let tables_hold =
+            usize::from(kind) < kinds && usize_from_u32(scope) < scopes && usize_from_u32(source) < sources;
         if !tables_hold {
             return Err("a table number is out of range".into());
         }
@@ -192,18 +192,18 @@ pub(super) fn derive_sets(
     scope_sizes: &[u32],
 ) -> Result<(Vec<KeySet>, Vec<KeySet>), String> {
     for (sizes, what) in [(type_sizes, "type"), (scope_sizes, "scope")] {
-        if sizes.iter().map(|n| *n as usize).sum::<usize>() != time.len() {
+        if sizes.iter().map(|n| usize_from_u32(*n)).sum::<usize>() != time.len() {
             return Err(format!("the {what} set sizes do not add up to the time set's"));
         }
     }
-    let stored = |slot: u32| slots.set_keys(usize::try_from(slot).unwrap_or(usize::MAX));
+    let stored = |slot: u32| slots.set_keys(usize_from_u32(slot));
     // Each set is allocated for the size it announces (the sizes add up to the time set's, which
     // the file's length bounds) and may not go beyond it; as every slot of the time set goes to one
     // set of each kind, every set then ends up exactly full.
     let fill = |sizes: &[u32], pick: &dyn Fn((i64, u16, u32)) -> usize, what: &str| {
         let mut sets: Vec<(Vec<u32>, usize)> = sizes
             .iter()
-            .map(|n| (Vec::with_capacity(*n as usize), *n as usize))
+            .map(|n| (Vec::with_capacity(usize_from_u32(*n)), usize_from_u32(*n)))
             .collect();
         for slot in time {
             if let Some(keys) = stored(*slot) {
@@ -221,13 +221,7 @@ pub(super) fn derive_sets(
         )
     };
     let (by_scope, by_type) = join(
-        || {
-            fill(
-                scope_sizes,
-                &|(_, _, scope)| usize::try_from(scope).unwrap_or(usize::MAX),
-                "scope",
-            )
-        },
+        || fill(scope_sizes, &|(_, _, scope)| usize_from_u32(scope), "scope"),
         || {
             let mut last: Option<(i64, u32)> = None;
             for slot in time {

@@ -110,10 +110,20 @@ fn write_rewrite(
     tmp: &Path,
     corrupt: &impl Fn(usize, String) -> Error,
 ) -> Result<(Vec<Update>, usize)> {
+    // The count tells a checkpoint that the segment changed under it: it may not stand still.
+    let Some(rewrites) = header.rewrites.checked_add(1) else {
+        return Err(Error::invalid(
+            "rewrites",
+            format!(
+                "segment {number} was rewritten {} times, as often as its header counts",
+                header.rewrites
+            ),
+        ));
+    };
     let new_header = SegmentHeader {
         number,
         base_seq: header.base_seq,
-        rewrites: header.rewrites.saturating_add(1),
+        rewrites,
     };
     let mut out = Spool::create(&*shared.storage, tmp)?;
     out.buf.extend_from_slice(&new_header.encode());

@@ -65,7 +65,8 @@ impl Spool {
     /// The body CRC of the record at `at`, which is still buffered (the current frame's).
     #[inline]
     pub(super) fn crc_at(&self, at: usize) -> u32 {
-        record_crc_at(&self.buf, at.saturating_sub(self.written))
+        // Buffered: at or after what was written.
+        record_crc_at(&self.buf, at - self.written)
     }
 
     fn write_error(path: &Path, e: std::io::Error) -> Error {

@@ -194,6 +194,11 @@ impl Writer {
 
     /// Seals the active segment (synced and mapped for readers) and starts the next one.
     pub(super) fn rotate(&mut self) -> Result<()> {
+        // Segment numbers only grow: the last one is refused before the active segment is sealed.
+        let next_number = self.active.number.checked_add(1).ok_or_else(|| Error::Full {
+            what: "segments (numbered by a u32)".to_owned(),
+            limit: u64::from(u32::MAX),
+        })?;
         let written = self.buffer.len() as u64;
         self.write_buffer()?;
         self.active.len += written;
@@ -209,7 +214,7 @@ impl Writer {
         let path = self.dir.join(segment_file_name(number));
         let storage = &*self.shared.storage;
         let sealed = Arc::new(Segment::open(storage, &path, true, self.active.len)?);
-        let next = create_segment(storage, &self.dir, number + 1, self.next_seq)?;
+        let next = create_segment(storage, &self.dir, next_number, self.next_seq)?;
         let mut index = self.shared.write_index();
         index.segments.insert(number, sealed);
         index.segments.insert(next.number, Arc::clone(&next.segment));

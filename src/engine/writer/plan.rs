@@ -6,6 +6,7 @@
 use crate::error::{Error, Result};
 use crate::index::{FastMap, Index};
 use crate::item::{format_hash, Scope, TypeRegistry, TypeSpec};
+use crate::limits::{check_room, TYPES_MAX};
 use crate::log::put::ValidItem;
 use crate::log::record::BatchEncoder;
 use crate::read::view::{may_write_over, scope_writable, stored_scope_visible};
@@ -19,6 +20,8 @@ struct Overlay {
     types: FastMap<String, Option<String>>,
     /// Pins made (true) or ended (false) by earlier batches of the group.
     pins: FastMap<String, bool>,
+    /// Versions added (puts written), counted even when `ids` is not kept.
+    puts: usize,
 }
 
 #[derive(Default, Clone)]
@@ -31,10 +34,13 @@ struct PendingId {
 
 impl Overlay {
     fn merge(&mut self, batch: Overlay) {
+        let puts = self.puts + batch.puts;
         if self.ids.is_empty() && self.types.is_empty() && self.pins.is_empty() {
             *self = batch;
+            self.puts = puts;
             return;
         }
+        self.puts = puts;
         for (id, pending) in batch.ids {
             let entry = self.ids.entry(id).or_default();
             if pending.reset {
@@ -250,6 +256,7 @@ impl<'a> BatchPlan<'a> {
         }
         let start = self.encoder.push_encoded(&valid.record);
         self.records.push(RecordSpan::since(position, start, &self.encoder));
+        self.batch.puts += 1;
         self.outcomes.push(OpOutcome::Added { seq: 0 });
         Ok(())
     }
@@ -286,6 +293,9 @@ impl<'a> BatchPlan<'a> {
             None => self.registry.check_register(spec)?,
         };
         if is_new {
+            // The registry holds the types of every group published before this one.
+            let held = self.registry.len() + self.group.types.len() + self.batch.types.len();
+            check_room(held, 1, TYPES_MAX, "types")?;
             self.batch
                 .types
                 .insert(spec.name().to_owned(), spec.pattern().map(str::to_owned));
@@ -324,10 +334,15 @@ impl<'a> BatchPlan<'a> {
         self.outcomes.push(OpOutcome::Unpinned(pinned));
     }
 
-    /// The batch's outcomes, its overlay, and its frame if it writes anything.
+    /// The batch's outcomes, its overlay, and its frame if it writes anything; refused whole when
+    /// its puts could take the index past one of its limits, with those of the group's earlier
+    /// batches (see [`Counts::check_room`](crate::index::Counts::check_room)).
     fn finish(self) -> Result<Plan> {
         if self.encoder.is_empty() {
             return Ok((self.outcomes, self.batch, None));
+        }
+        if self.batch.puts > 0 {
+            self.index.counts().check_room(self.group.puts + self.batch.puts)?;
         }
         // The sequence number and the CRC are filled in when the frame is written; finishing here
         // checks the size.
@@ -702,6 +717,112 @@ mod tests {
         }
         let falling: Vec<Op> = ["c", "b", "a"].iter().map(|id| put(id, "1", "x")).collect();
         assert!(distinct_put_ids(&falling));
+    }
+
+    #[test]
+    fn the_index_has_room_for_puts_up_to_each_of_its_limits_and_not_one_more() {
+        use crate::index::Counts;
+        use crate::limits::{IDS_MAX, SCOPES_MAX, SOURCES_MAX, VERSIONS_MAX};
+        let near = Counts {
+            versions: VERSIONS_MAX - 3,
+            ids: IDS_MAX - 3,
+            scopes: SCOPES_MAX - 3,
+            sources: SOURCES_MAX - 3,
+        };
+        assert!(near.check_room(3).is_ok());
+        assert!(Counts::default().check_room(crate::limits::BATCH_ITEMS_MAX).is_ok());
+        for (what, limit, counts) in [
+            (
+                "versions",
+                VERSIONS_MAX,
+                Counts {
+                    versions: VERSIONS_MAX - 2,
+                    ..near
+                },
+            ),
+            (
+                "ids",
+                IDS_MAX,
+                Counts {
+                    ids: IDS_MAX - 2,
+                    ..near
+                },
+            ),
+            (
+                "scopes",
+                SCOPES_MAX,
+                Counts {
+                    scopes: SCOPES_MAX - 2,
+                    ..near
+                },
+            ),
+            (
+                "sources",
+                SOURCES_MAX,
+                Counts {
+                    sources: SOURCES_MAX - 2,
+                    ..near
+                },
+            ),
+        ] {
+            match counts.check_room(3) {
+                Err(Error::Full { what: full, limit: max }) => {
+                    assert_eq!((full.as_str(), max), (what, limit as u64));
+                }
+                other => panic!("{what}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_group_counts_the_puts_of_its_batches_against_the_limits() {
+        let index = Index::default();
+        let registry = TypeRegistry::default();
+        let mut group = Overlay::default();
+        // The second batch is refused (a conflict): its put does not count.
+        for ops in [
+            vec![put("a", "1", "x"), put("b", "1", "x")],
+            vec![put("a", "1", "other")],
+            vec![put("a", "2", "x"), put("a", "2", "x"), Op::Delete("b".into())],
+        ] {
+            if let Ok((_, batch, _)) = plan(&index, &registry, &group, &ops, false, None) {
+                group.merge(batch);
+            }
+        }
+        assert_eq!(group.puts, 3, "two puts, then one (the repeat is unchanged)");
+        // The only batch of its group keeps no ids, but counts its puts.
+        let solo = vec![put("a", "1", "x"), put("b", "1", "x")];
+        let (_, batch, _) = plan(&index, &registry, &Overlay::default(), &solo, true, None).expect("planned");
+        assert!(batch.ids.is_empty());
+        assert_eq!(batch.puts, 2);
+    }
+
+    #[test]
+    fn a_type_past_the_limit_is_refused_with_the_batch_that_registers_it() {
+        let mut registry = TypeRegistry::default();
+        let mut n = 0;
+        while registry.len() < crate::limits::TYPES_MAX - 1 {
+            registry.insert(TypeSpec::new(format!("t{n}"))).expect("room");
+            n += 1;
+        }
+        let index = Index::default();
+        let none = Overlay::default();
+        let register =
+            |names: &[&str]| -> Vec<Op> { names.iter().map(|n| Op::RegisterType(TypeSpec::new(*n))).collect() };
+        // One more fits; a known one takes no room; two more do not, in one batch or in two.
+        let (_, last, _) = plan(&index, &registry, &none, &register(&["last", "t0"]), true, None).expect("fits");
+        for (group, ops) in [(&none, register(&["last", "t0", "past"])), (&last, register(&["past"]))] {
+            let refused = plan(&index, &registry, group, &ops, false, None).map(|p| p.0);
+            assert!(
+                matches!(&refused, Err(Error::Full { what, limit: 65_535 }) if what == "types"),
+                "{refused:?}"
+            );
+        }
+        // A registry cannot be filled past it either (as a checkpoint's or the log's types load).
+        let mut full = registry.clone();
+        full.insert(TypeSpec::new("last")).expect("the last one");
+        assert!(matches!(full.insert(TypeSpec::new("past")), Err(Error::Full { .. })));
+        assert!(full.insert(TypeSpec::new("t0")).is_ok(), "a known type takes no room");
     }
 
     #[test]

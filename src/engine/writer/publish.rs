@@ -6,6 +6,7 @@ use crate::engine::shared::Shared;
 use crate::index::{Index, Location, PinInfo, Unpublished};
 use crate::item::TypeRegistry;
 use crate::log::record::{PutView, ScopeView};
+use crate::num::{bounded, u64_from_usize};
 
 use super::{Op, Staged, Writer};
 
@@ -70,12 +71,14 @@ fn last_seq(staged: &[Staged]) -> Option<u64> {
 /// versions are above the index's sequence number until [`Writer::publish_applied`].
 pub(super) fn apply_unpublished(shared: &Shared, staged: &[Staged]) {
     let mut index = write_index_for(shared, staged);
-    let (versions, live_ids) = (index.slots.len() as u64, index.live_ids);
+    let (versions, live_ids) = (index.slots.len(), index.live_ids);
     // A group of puts changes no registry.
     let _ = apply(&mut index, shared, staged);
+    // Under the one write lock, puts only append versions and only add live ids (a put's version
+    // is stored, so the one it ends, if live, is replaced by a live one).
     index.unpublished = Unpublished {
-        versions: (index.slots.len() as u64).saturating_sub(versions),
-        live_ids: index.live_ids.saturating_sub(live_ids),
+        versions: u64_from_usize(index.slots.len() - versions),
+        live_ids: index.live_ids - live_ids,
         failed: false,
     };
 }
@@ -107,10 +110,15 @@ fn apply(index: &mut Index, shared: &Shared, staged: &[Staged]) -> Option<TypeRe
                         content: &[],
                         compressed: false,
                     };
+                    // A frame starts below limits::SEGMENT_BYTES_MAX and holds at most
+                    // limits::FRAME_PAYLOAD_BYTES_MAX: every offset in a segment fits in a u32.
                     let location = Location {
                         segment,
-                        offset: u32::try_from(frame_offset + record.start as u64).unwrap_or(u32::MAX),
-                        len: u32::try_from(record.len).unwrap_or(u32::MAX),
+                        offset: bounded(
+                            frame_offset + u64_from_usize(record.start),
+                            "record offset in a segment",
+                        ),
+                        len: bounded(record.len, "record length (at most limits::FRAME_PAYLOAD_BYTES_MAX)"),
                         crc: crate::index::record_crc_at(frame, record.start),
                     };
                     index.apply_put(batch.seq, &put, location);

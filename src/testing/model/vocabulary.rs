@@ -52,7 +52,7 @@ fn noise(seed: &str, len: usize) -> String {
             state = state
                 .wrapping_mul(6_364_136_223_846_793_005)
                 .wrapping_add(1_442_695_040_888_963_407);
-            char::from_digit(u32::try_from(state >> 60).unwrap_or(0), 16).unwrap_or('0')
+            char::from_digit(crate::num::bounded(state >> 60, "a 4-bit digit"), 16).unwrap_or('0')
         })
         .collect()
 }
