@@ -120,7 +120,9 @@ impl ScopeShape {
             ("global_readonly", None) => Ok(Scope::GlobalReadonly),
             ("global_writable", None) => Ok(Scope::GlobalWritable),
             ("session", None) => Err(E::custom("scope \"session\" needs a session_id")),
-            (other, Some(_)) if other != "session" => Err(E::custom("session_id is only allowed with scope \"session\"")),
+            (other, Some(_)) if other != "session" => {
+                Err(E::custom("session_id is only allowed with scope \"session\""))
+            }
             (other, _) => Err(E::custom(format!("unknown scope {other:?}"))),
         }
     }
@@ -194,7 +196,15 @@ impl Serialize for Change {
                 id,
                 scope: ScopeShape::from(&scope),
             },
-            Change::Expired { id, version, expired_at } => Shape::Expired { id, version, expired_at },
+            Change::Expired {
+                id,
+                version,
+                expired_at,
+            } => Shape::Expired {
+                id,
+                version,
+                expired_at,
+            },
             Change::SessionClosed {
                 seq,
                 committed_at,
@@ -242,7 +252,15 @@ impl<'de> Deserialize<'de> for Change {
                 id,
                 scope: scope.into_scope()?,
             },
-            Shape::Expired { id, version, expired_at } => Change::Expired { id, version, expired_at },
+            Shape::Expired {
+                id,
+                version,
+                expired_at,
+            } => Change::Expired {
+                id,
+                version,
+                expired_at,
+            },
             Shape::SessionClosed {
                 seq,
                 committed_at,
@@ -276,16 +294,28 @@ mod tests {
     #[test]
     fn json_names_the_change_and_writes_scope_as_items_do() {
         let json = added(Scope::Session("s1".into())).to_json();
-        assert!(json.starts_with(r#"{"change":"added","seq":7,"committed_at":1700000000,"id":"prefs""#), "{json}");
-        assert!(json.contains(r#""type":"user_preferences","scope":"session","session_id":"s1","timestamp""#), "{json}");
+        assert!(
+            json.starts_with(r#"{"change":"added","seq":7,"committed_at":1700000000,"id":"prefs""#),
+            "{json}"
+        );
+        assert!(
+            json.contains(r#""type":"user_preferences","scope":"session","session_id":"s1","timestamp""#),
+            "{json}"
+        );
         let global = added(Scope::GlobalReadonly).to_json();
-        assert!(global.contains(r#""scope":"global_readonly","timestamp""#) && !global.contains("session_id"), "{global}");
+        assert!(
+            global.contains(r#""scope":"global_readonly","timestamp""#) && !global.contains("session_id"),
+            "{global}"
+        );
         let expired = Change::Expired {
             id: "a".into(),
             version: "1".into(),
             expired_at: 5,
         };
-        assert_eq!(expired.to_json(), r#"{"change":"expired","id":"a","version":"1","expired_at":5}"#);
+        assert_eq!(
+            expired.to_json(),
+            r#"{"change":"expired","id":"a","version":"1","expired_at":5}"#
+        );
         assert_eq!(expired.seq(), None);
     }
 
@@ -322,7 +352,8 @@ mod tests {
         let text = r#"{"change":"deleted","seq":1,"committed_at":0,"id":"x","scope":"session"}"#;
         let err = serde_json::from_str::<Change>(text).unwrap_err().to_string();
         assert!(err.contains("session_id"), "{err}");
-        let text = r#"{"change":"deleted","seq":1,"committed_at":0,"id":"x","scope":"global_readonly","session_id":"s"}"#;
+        let text =
+            r#"{"change":"deleted","seq":1,"committed_at":0,"id":"x","scope":"global_readonly","session_id":"s"}"#;
         assert!(serde_json::from_str::<Change>(text).is_err());
     }
 }
