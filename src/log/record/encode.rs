@@ -79,7 +79,7 @@ fn compress_into(out: &mut Vec<u8>, content: &[u8]) -> bool {
     }
 }
 
-/// One put record, header and CRC included, as [`BatchEncoder::put`] would append it. Writers
+/// One put record, header and CRC included, as `BatchEncoder::put` (tests only) appends it. Writers
 /// encode (and compress) their items on their own threads with this, so that the writer thread
 /// only copies the bytes into the frame.
 pub(crate) fn encode_put(put: &PutRef<'_>) -> Vec<u8> {
