@@ -87,7 +87,16 @@ fn library_code(text: &str) -> String {
         if trimmed.starts_with("#[cfg(test)]") {
             let next = lines.peek().map(|l| l.trim_start()).unwrap_or_default();
             if next.starts_with("mod ") || next.starts_with("pub(crate) mod ") || next.starts_with("pub mod ") {
-                break;
+                // A unit-test module: `mod tests;` (its file is not library code either) or an
+                // inline `mod tests { ... }`, skipped to its closing brace; what follows it is read.
+                let mut depth = 0i64;
+                for line in lines.by_ref() {
+                    depth += line.matches('{').count() as i64 - line.matches('}').count() as i64;
+                    if depth <= 0 && (line.contains('}') || line.trim_end().ends_with(';')) {
+                        break;
+                    }
+                }
+                continue;
             }
         }
         if trimmed.starts_with("//") {
@@ -319,7 +328,7 @@ fn find_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>>
 #[test]
 fn the_checker_sees_grouped_imports_inline_paths_and_circles() {
     let code = library_code(
-        "use crate::{error::{Error, Result}, index::Index};\n// crate::store::Shared in a comment\nfn f() { crate::log::record::decode(x); }\n#[cfg(test)]\nmod tests {\n    use crate::engine::Shared;\n}\n",
+        "use crate::{error::{Error, Result}, index::Index};\n// crate::store::Shared in a comment\nfn f() { crate::log::record::decode(x); }\n#[cfg(test)]\nmod tests {\n    use crate::engine::Shared;\n}\n#[cfg(test)]\nmod more_tests;\nuse crate::time::Clock;\n",
     );
     let mut tops: Vec<String> = crate_paths(&code)
         .into_iter()
@@ -327,7 +336,7 @@ fn the_checker_sees_grouped_imports_inline_paths_and_circles() {
         .collect();
     tops.sort();
     tops.dedup();
-    assert_eq!(tops, ["error", "index", "log"]);
+    assert_eq!(tops, ["error", "index", "log", "time"]);
     let paths = crate_paths("use crate::{a::{B, c::D}, e};");
     assert_eq!(
         paths,
