@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Writes the committed seed inputs of every fuzz target into fuzz/seeds/<target>/.
 
-Binary seeds are cut from the golden stores in tests/fixtures/ (format-v1, format-v2 and
-format-v2-compacted); text seeds are written out here. Run from anywhere:
+Binary seeds are cut from the golden stores in tests/fixtures/ (format-v1, format-v2, format-v3,
+format-v2-compacted and format-v3-compacted); text seeds are written out here. Run from anywhere:
     python3 fuzz/make_seeds.py
 """
 import os
@@ -42,12 +42,22 @@ def frames(segment):
 
 plain = read("format-v1", "00000001.seg")
 plain2 = read("format-v2", "00000001.seg")
-compacted1 = read("format-v2-compacted", "00000001.seg")
-compacted2 = read("format-v2-compacted", "00000002.seg")
-checkpoint = read("format-v2-compacted", "checkpoint-00000000000000000009.idx")
+plain3 = read("format-v3", "00000001.seg")
+v2_compacted1 = read("format-v2-compacted", "00000001.seg")
+v2_compacted2 = read("format-v2-compacted", "00000002.seg")
+compacted1 = read("format-v3-compacted", "00000001.seg")
+compacted2 = read("format-v3-compacted", "00000002.seg")
+checkpoint = read("format-v3-compacted", "checkpoint-00000000000000000011.idx")
 
-# decode_frame: every frame of the golden stores (format 1 has no sync marks, format 2 has).
-for store, segment in (("v1", plain), ("v2", plain2), ("compacted", compacted1)):
+# decode_frame: every frame of the golden stores (format 1 has no sync marks, format 2 has 8-byte
+# ones, format 3 17-byte ones; compaction marks format 3 frames it altered).
+for store, segment in (
+    ("v1", plain),
+    ("v2", plain2),
+    ("v3", plain3),
+    ("v2-compacted", v2_compacted1),
+    ("compacted", compacted1),
+):
     for i, frame in enumerate(frames(segment)):
         write("decode_frame", f"{store}-frame-{i}", frame)
 
@@ -56,11 +66,14 @@ write("scan_segment", "v1-00000001.seg", plain)
 write("scan_segment", "v1-torn-tail.seg", plain[:-7])
 write("scan_segment", "v2-00000001.seg", plain2)
 write("scan_segment", "v2-torn-tail.seg", plain2[:-7])
+write("scan_segment", "v3-00000001.seg", plain3)
+write("scan_segment", "v3-torn-tail.seg", plain3[:-7])
+write("scan_segment", "v2-compacted-00000001.seg", v2_compacted1)
 write("scan_segment", "compacted-00000001.seg", compacted1)
 write("scan_segment", "compacted-00000002.seg", compacted2)
 
-# decode_checkpoint: the golden checkpoint.
-write("decode_checkpoint", "compacted-checkpoint-9.idx", checkpoint)
+# decode_checkpoint: the golden checkpoint (of the format this build reads).
+write("decode_checkpoint", "compacted-checkpoint-11.idx", checkpoint)
 
 # recovery: a flags byte (bit 0: reseal CRCs), then the files, each starting with its magic.
 write("recovery", "v1", b"\x00" + plain)
@@ -68,6 +81,8 @@ write("recovery", "v1-sealed", b"\x01" + plain)
 write("recovery", "v1-torn-tail", b"\x00" + plain[:-7])
 write("recovery", "v2", b"\x00" + plain2)
 write("recovery", "v2-torn-tail", b"\x00" + plain2[:-7])
+write("recovery", "v3", b"\x00" + plain3)
+write("recovery", "v3-torn-tail", b"\x00" + plain3[:-7])
 write("recovery", "compacted-with-checkpoint", b"\x00" + compacted1 + compacted2 + checkpoint)
 write("recovery", "compacted-no-checkpoint", b"\x01" + compacted1 + compacted2)
 write("recovery", "empty-segment", b"\x00" + compacted2)

@@ -54,6 +54,8 @@ pub(crate) fn saturating_u64(value: u128) -> u64 {
 
 /// `value` as a `T`, or [`Error::Invalid`] naming `field` and saying it does not fit: for a value
 /// that no earlier check bounds.
+// No caller outside its test yet.
+#[allow(dead_code)]
 pub(crate) fn checked<T, U>(value: U, field: &str) -> Result<T>
 where
     U: Copy + std::fmt::Display,

@@ -666,7 +666,7 @@ fn a_newest_segment_torn_while_created_is_removed() {
     // The header segment `torn_number` would get, as docs/FORMAT.md lays it out.
     let mut header = Vec::with_capacity(SEGMENT_HEADER_BYTES);
     header.extend_from_slice(b"CTXLOGSG");
-    header.extend_from_slice(&2u32.to_le_bytes());
+    header.extend_from_slice(&3u32.to_le_bytes());
     header.extend_from_slice(&torn_number.to_le_bytes());
     header.extend_from_slice(&(seq + 1).to_le_bytes());
     header.extend_from_slice(&0u32.to_le_bytes());
@@ -726,7 +726,7 @@ fn records(bytes: &[u8], frame: &Range<usize>) -> Vec<(Range<usize>, String)> {
         let body = at + 9;
         let end = body + le_u32(at + 1);
         if bytes[at] == 7 {
-            // The frame's sync mark (segment format 2).
+            // The frame's sync mark (segment formats 2 and 3).
             at = end;
             continue;
         }

@@ -498,9 +498,9 @@ fn layout(disk: &SimDisk) -> Vec<FileLayout> {
 
 /// The last segment a checkpoint lists, and its length: docs/FORMAT.md, "Checkpoint file".
 fn resume_point(checkpoint: &[u8]) -> (String, usize) {
-    // The body follows the 32-byte header; with flag bit 0 it is a length, a block count and the
+    // The body follows the 40-byte header; with flag bit 0 it is a length, a block count and the
     // blocks, each a length, an LZ4 length and an LZ4 block.
-    let stored = &checkpoint[32..checkpoint.len() - 4];
+    let stored = &checkpoint[40..checkpoint.len() - 4];
     let body = if le_u32(checkpoint, 12) & 1 == 1 {
         let mut body = Vec::new();
         let mut at = 12;

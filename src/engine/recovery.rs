@@ -9,6 +9,10 @@
 //! and created again. Zero bytes from the end of the newest segment's frames to the end of its file
 //! are space the writer allocated ahead of its appends: they are cut off as well, and counted apart
 //! (`unwritten_bytes`), since a store that was not closed always leaves them.
+//!
+//! Each segment is replayed by the rules of its own format (its frames must be of it), and the
+//! commit time of the last replayed frame that records one (segment format 3) becomes the index's
+//! `committed_at`, else the checkpoint's stays: the writer's commit times go on from it.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -19,8 +23,8 @@ use crate::error::{Error, Result};
 use crate::index::{Index, Location, PinInfo};
 use crate::item::TypeSpec;
 use crate::log::record::{
-    decode_batch, decode_record, frame_sync_mark, read_frame, FrameError, RecordView, FRAME_HEADER_BYTES,
-    FRAME_KIND_BATCH,
+    check_frame_format, decode_batch, decode_record, frame_sync_mark, read_frame, FrameError, RecordView,
+    FRAME_HEADER_BYTES, FRAME_KIND_BATCH,
 };
 use crate::log::segment::{create_segment, ActiveSegment};
 use crate::log::segment::{
@@ -194,15 +198,16 @@ fn past_limits(full: Error) -> String {
     format!("the log holds more than a store may: {full}")
 }
 
-/// Applies one replayed batch to the index.
+/// Applies one replayed batch, a frame of a segment of format `version`, to the index.
 fn replay_batch(
     index: &mut Index,
     seq: u64,
-    (segment, bytes): (u32, &[u8]),
+    (segment, version, bytes): (u32, u32, &[u8]),
     frame_offset: usize,
     payload: &[u8],
 ) -> Result<u64, String> {
     let records = decode_batch(payload).map_err(|e| e.0)?;
+    check_frame_format(version, &records).map_err(|e| e.0)?;
     let count = records
         .iter()
         .filter(|(_, _, record)| !matches!(record, RecordView::SyncMark { .. }))
@@ -245,10 +250,14 @@ fn replay_batch(
             RecordView::Unpin { name } => {
                 index.pins.remove(name);
             }
-            RecordView::Delete { id } => {
+            RecordView::Delete { id, .. } => {
                 index.apply_delete(seq, id);
             }
-            RecordView::SyncMark { .. } => {}
+            RecordView::SyncMark { committed_at, .. } => {
+                if let Some(committed_at) = committed_at {
+                    index.committed_at = committed_at;
+                }
+            }
             RecordView::RegisterType { name, pattern } => {
                 let mut spec = TypeSpec::new(name);
                 if let Some(pattern) = pattern {
@@ -561,7 +570,7 @@ impl Replay<'_> {
         }
         let from = self.start_in(at, &header, resume)?;
         self.previous_rewritten = header.rewrites > 0;
-        let end = self.frames(at, bytes, from, header.rewrites > 0)?;
+        let end = self.frames(at, bytes, from, &header)?;
         let file_len = bytes.len();
         // A mapping must not outlive a cut of its file's tail (see `storage::file`).
         drop(kept);
@@ -610,9 +619,10 @@ impl Replay<'_> {
         Ok(SEGMENT_HEADER_BYTES)
     }
 
-    /// Replays the frames of segment `at` (its `bytes`) from `from` into the index, with gaps in
-    /// their seqs allowed when `allow_gaps` (a rewritten segment); returns where its good frames end.
-    fn frames(&mut self, at: &SegmentAt<'_>, bytes: &[u8], from: usize, allow_gaps: bool) -> Result<usize> {
+    /// Replays the frames of segment `at` (its `bytes`, whose header is `header`) from `from` into
+    /// the index, with gaps in their seqs allowed in a rewritten segment; returns where its good
+    /// frames end.
+    fn frames(&mut self, at: &SegmentAt<'_>, bytes: &[u8], from: usize, header: &SegmentHeader) -> Result<usize> {
         // Every frame comes before the next segment's first seq: a later one (which a rewritten
         // segment's allowed gaps would let through) is damage here, not at the next segment.
         let next_base_seq = self
@@ -627,7 +637,7 @@ impl Replay<'_> {
             from,
             &mut self.next_seq,
             at.newest,
-            allow_gaps,
+            header.rewrites > 0,
             &mut |seq, offset, payload| {
                 if let Some(base) = next_base_seq.filter(|base| seq >= *base) {
                     return Err(format!(
@@ -635,7 +645,7 @@ impl Replay<'_> {
                     ));
                 }
                 frames += 1;
-                records += replay_batch(index, seq, (at.number, bytes), offset, payload)?;
+                records += replay_batch(index, seq, (at.number, header.version, bytes), offset, payload)?;
                 Ok(())
             },
         );

@@ -80,6 +80,10 @@ pub(crate) struct Index {
     pub(crate) segments: BTreeMap<u32, Arc<Segment>>,
     /// The last published sequence number: views at or below it are consistent.
     pub(crate) seq: u64,
+    /// The commit time of the log's last batch that records one (segment format 3: its sync mark's
+    /// `committed_at`), as of `seq`; 0 when none does. A checkpoint keeps it, and the writer
+    /// starts from it.
+    pub(crate) committed_at: i64,
     /// Ids with a version that is visible now (ignoring expiry).
     pub(crate) live_ids: u64,
     /// Pinned snapshots by name.

@@ -5,7 +5,7 @@
 //! | offset | width | field                                           |
 //! |--------|-------|-------------------------------------------------|
 //! | 0      | 8     | magic `CTXLOGSG`                                |
-//! | 8      | 4     | format version (u32) = [`FORMAT_VERSION`]       |
+//! | 8      | 4     | format version (u32): [`FORMAT_VERSION`] when created; older ones are read |
 //! | 12     | 4     | segment number (u32), as in the file name       |
 //! | 16     | 8     | base seq (u64): the seq of the segment's first frame |
 //! | 24     | 4     | rewrites (u32): how many times compaction rewrote it; 0 as first written |
@@ -25,10 +25,11 @@ use crate::storage::{sync_dir, SharedBytes, Storage, StorageFile};
 
 /// The magic bytes that open every segment.
 pub(crate) const SEGMENT_MAGIC: [u8; 8] = *b"CTXLOGSG";
-/// The on-disk format version this build writes and reads.
-pub(crate) const FORMAT_VERSION: u32 = 2;
-/// The oldest segment format version this build still reads: version 1 differs only in having no
-/// sync marks.
+/// The segment format version this build creates segments in, and the newest it reads: format 3
+/// adds the batch's commit time to each frame's sync mark, and a delete's scope.
+pub(crate) const FORMAT_VERSION: u32 = 3;
+/// The oldest segment format version this build still reads: version 1 differs from 2 only in
+/// having no sync marks. Every segment holds frames of its own format only.
 pub(crate) const FORMAT_VERSION_MIN: u32 = 1;
 /// Bytes of a segment header.
 pub(crate) const SEGMENT_HEADER_BYTES: usize = 32;
@@ -50,6 +51,8 @@ pub(crate) fn parse_segment_file_name(name: &str) -> Option<u32> {
 /// A segment header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct SegmentHeader {
+    /// The segment's format version, which all its frames follow.
+    pub(crate) version: u32,
     pub(crate) number: u32,
     pub(crate) base_seq: u64,
     /// How many times compaction rewrote the segment. A rewritten segment may skip sequence numbers
@@ -61,7 +64,7 @@ impl SegmentHeader {
     pub(crate) fn encode(&self) -> [u8; SEGMENT_HEADER_BYTES] {
         let mut out = [0u8; SEGMENT_HEADER_BYTES];
         out[0..8].copy_from_slice(&SEGMENT_MAGIC);
-        out[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        out[8..12].copy_from_slice(&self.version.to_le_bytes());
         out[12..16].copy_from_slice(&self.number.to_le_bytes());
         out[16..24].copy_from_slice(&self.base_seq.to_le_bytes());
         out[24..28].copy_from_slice(&self.rewrites.to_le_bytes());
@@ -100,6 +103,7 @@ impl SegmentHeader {
         let base_seq = u64::from_le_bytes(field(16..24).try_into().unwrap_or([0; 8]));
         let rewrites = le_u32(24..28);
         Ok(SegmentHeader {
+            version,
             number,
             base_seq,
             rewrites,
@@ -161,6 +165,9 @@ pub(crate) struct Segment {
     published_len: AtomicU64,
     /// How many times compaction rewrote the file (from its header).
     pub(crate) rewrites: u32,
+    /// The segment's format version (from its header): what its frames' sync marks and deletes
+    /// hold.
+    pub(crate) version: u32,
     /// The sequence number of the segment's first frame when it was created (from its header).
     pub(crate) base_seq: u64,
 }
@@ -200,6 +207,7 @@ impl Segment {
             window: std::sync::RwLock::new(None),
             published_len: AtomicU64::new(published_len),
             rewrites: header.rewrites,
+            version: header.version,
             base_seq: header.base_seq,
         })
     }
@@ -343,6 +351,7 @@ pub(crate) fn create_segment(storage: &dyn Storage, dir: &Path, number: u32, bas
         .create_new(&path)
         .map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
     let header = SegmentHeader {
+        version: FORMAT_VERSION,
         number,
         base_seq,
         rewrites: 0,
@@ -378,7 +387,30 @@ mod tests {
 
     #[test]
     fn header_roundtrips_and_refuses_damage() {
+        for version in FORMAT_VERSION_MIN..=FORMAT_VERSION {
+            let header = SegmentHeader {
+                version,
+                number: 3,
+                base_seq: 77,
+                rewrites: 2,
+            };
+            assert_eq!(SegmentHeader::decode(&header.encode()), Ok(header));
+        }
+        for version in [0, FORMAT_VERSION + 1] {
+            let header = SegmentHeader {
+                version,
+                number: 3,
+                base_seq: 77,
+                rewrites: 2,
+            };
+            let refused = SegmentHeader::decode(&header.encode()).expect_err("an unknown version");
+            assert!(
+                refused.contains(&format!("version {version} is not supported")),
+                "{refused}"
+            );
+        }
         let header = SegmentHeader {
+            version: FORMAT_VERSION,
             number: 3,
             base_seq: 77,
             rewrites: 2,

@@ -141,6 +141,7 @@ impl Store {
         let storage = Arc::clone(&options.storage);
         let lock = lock_dir(&*storage, dir)?;
         let recovered = recover(&*storage, dir)?;
+        let committed_at = recovered.index.committed_at;
         let shared = Arc::new(crate::engine::shared::Shared::new(
             dir.to_path_buf(),
             storage,
@@ -149,7 +150,7 @@ impl Store {
             options.read_threads,
             options.add_threads.max(options.read_threads) - 1,
         ));
-        let handle = start_writer(&shared, recovered.active, recovered.next_seq, &options)?;
+        let handle = start_writer(&shared, recovered.active, (recovered.next_seq, committed_at), &options)?;
         let maintenance = Some(start_maintenance(
             Arc::clone(&shared),
             options.auto_compact,
@@ -415,11 +416,12 @@ fn lock_dir(storage: &dyn Storage, dir: &Path) -> Result<Box<dyn DirLock>> {
         })
 }
 
-/// Starts the writer thread, appending to `active` from batch `next_seq` on, and opens its queue.
+/// Starts the writer thread, appending to `active` from batch `next_seq` on, with commit times from
+/// `last_committed_at` (the log's last) on, and opens its queue.
 fn start_writer(
     shared: &Arc<crate::engine::shared::Shared>,
     active: ActiveSegment,
-    next_seq: u64,
+    (next_seq, last_committed_at): (u64, i64),
     options: &Options,
 ) -> Result<JoinHandle<bool>> {
     let (sender, receiver) = crossbeam_channel::unbounded();
@@ -437,6 +439,7 @@ fn start_writer(
         buffer: Vec::new(),
         // Recovery synced what it replayed of the newest segment.
         synced_len,
+        last_committed_at,
         last_group_writes: 0,
         helpers: SyncHelpers::default(),
     };

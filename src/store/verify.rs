@@ -7,7 +7,7 @@ use crate::engine::checkpoint;
 use crate::engine::recovery::{next_base_seq, scan_frames, ScanEnd};
 use crate::error::{Error, Result};
 use crate::item::content_hash;
-use crate::log::record::{decode_batch, RecordView};
+use crate::log::record::{check_frame_format, decode_batch, RecordView};
 use crate::log::segment::{read_whole, Segment, SegmentHeader, SEGMENT_HEADER_BYTES};
 use crate::storage::Storage;
 use crate::store::Store;
@@ -200,6 +200,7 @@ fn verify_segment(
             }
             frames_checked += 1;
             let records = decode_batch(payload).map_err(|e| e.0)?;
+            check_frame_format(header.version, &records).map_err(|e| e.0)?;
             for (start, _, record) in records {
                 if matches!(record, RecordView::SyncMark { .. }) {
                     continue;

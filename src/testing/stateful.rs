@@ -27,7 +27,7 @@
 //! that is a finding.
 //!
 //! Unsynced writes may survive a power cut in any order, under every durability: a lost write
-//! followed by a kept one is a hole that recovery truncates (segment format 2's sync marks).
+//! followed by a kept one is a hole that recovery truncates (the sync marks of segment formats 2 and 3).
 
 use std::fmt::Debug;
 use std::path::Path;

@@ -66,7 +66,7 @@ pub(crate) fn is_older_format(bytes: &[u8]) -> bool {
 
 /// Decodes a checkpoint file's bytes; the error says why it cannot be used.
 pub(crate) fn decode(bytes: &[u8]) -> Result<Loaded, String> {
-    let (seq, body) = open(bytes)?;
+    let (seq, committed_at, body) = open(bytes)?;
     let total = body.len();
     let mut c = Cursor::new(body);
     let segments = read_segments(&mut c, total)?;
@@ -85,12 +85,13 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Loaded, String> {
     let mut index = build_index(seq, &segments, names, versions, tables)?;
     index.registry = registry;
     index.pins = pins;
+    index.committed_at = committed_at;
     Ok(Loaded { seq, segments, index })
 }
 
-/// The checkpoint's sequence number and body, once its checksum, magic, format version, flags and
-/// body length are checked.
-fn open(bytes: &[u8]) -> Result<(u64, &[u8]), String> {
+/// The checkpoint's sequence number, the commit time of its batch, and its body, once its checksum,
+/// magic, format version, flags and body length are checked.
+fn open(bytes: &[u8]) -> Result<(u64, i64, &[u8]), String> {
     let crc_at = bytes.len().checked_sub(4).ok_or("shorter than its checksum")?;
     let (covered, stored_crc) = bytes.split_at(crc_at);
     let stored_crc = u32::from_le_bytes(stored_crc.try_into().map_err(|_| "checksum")?);
@@ -113,12 +114,13 @@ fn open(bytes: &[u8]) -> Result<(u64, &[u8]), String> {
         return Err(format!("unknown checkpoint flags {flags:#x}"));
     }
     let seq = c.u64("seq").map_err(reason)?;
+    let committed_at = c.i64("committed_at").map_err(reason)?;
     let body_len = c.u64("body length").map_err(reason)?;
     if usize::try_from(body_len).ok() != Some(total - CHECKPOINT_HEADER_BYTES) {
         return Err("body length does not match the file".into());
     }
     let body = covered.get(CHECKPOINT_HEADER_BYTES..).unwrap_or_default();
-    Ok((seq, body))
+    Ok((seq, committed_at, body))
 }
 
 /// The segment files the checkpoint was taken over.

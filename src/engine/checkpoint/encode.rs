@@ -95,7 +95,7 @@ pub(super) fn check_counts(index: &Index, segments: &[SegmentMark]) -> Result<()
 /// Encodes the index, as of its sequence number, with the segments it points into.
 #[cfg(test)]
 pub(super) fn encode(index: &Index, segments: &[SegmentMark]) -> Vec<u8> {
-    seal(index.seq, &encode_body(index, segments))
+    seal((index.seq, index.committed_at), &encode_body(index, segments))
 }
 
 /// Bytes the body of a checkpoint of `index` needs, about: a row and a time set entry per version,
@@ -259,21 +259,23 @@ pub(super) fn put_names(body: &mut impl Sink, index: &Index) {
     }
 }
 
-/// The checkpoint file for `seq` around `body`: header, body, CRC. Needs no lock.
+/// The checkpoint file for `at` (the seq and the commit time of its batch) around `body`: header,
+/// body, CRC. Needs no lock.
 #[cfg(test)]
-pub(super) fn seal(seq: u64, body: &[u8]) -> Vec<u8> {
+pub(super) fn seal(at: (u64, i64), body: &[u8]) -> Vec<u8> {
     let mut file = Vec::with_capacity(CHECKPOINT_HEADER_BYTES + body.len() + 4);
     file.extend_from_slice(&[0; CHECKPOINT_HEADER_BYTES]);
     file.extend_from_slice(body);
-    seal_in_place(seq, &mut file);
+    seal_in_place(at, &mut file);
     file
 }
 
-/// Turns `file`, a header's worth of space followed by a body, into the checkpoint file for `seq`:
-/// fills in the header and appends the CRC. Needs no lock, and copies nothing.
-pub(super) fn seal_in_place(seq: u64, file: &mut Vec<u8>) {
+/// Turns `file`, a header's worth of space followed by a body, into the checkpoint file for `at`
+/// (the seq and the commit time of its batch): fills in the header and appends the CRC. Needs no
+/// lock, and copies nothing.
+pub(super) fn seal_in_place(at: (u64, i64), file: &mut Vec<u8>) {
     // `file` starts with the header's space.
-    let header = header(seq, u64_from_usize(file.len() - CHECKPOINT_HEADER_BYTES));
+    let header = header(at, u64_from_usize(file.len() - CHECKPOINT_HEADER_BYTES));
     if let Some(slot) = file.get_mut(..CHECKPOINT_HEADER_BYTES) {
         slot.copy_from_slice(&header);
     }
@@ -281,15 +283,17 @@ pub(super) fn seal_in_place(seq: u64, file: &mut Vec<u8>) {
     file.extend_from_slice(&crc.to_le_bytes());
 }
 
-/// The header of the checkpoint for `seq` whose body is `body_len` bytes.
-pub(super) fn header(seq: u64, body_len: u64) -> [u8; CHECKPOINT_HEADER_BYTES] {
+/// The header of the checkpoint for `seq`, whose batch committed at `committed_at` (0 when
+/// unknown), and whose body is `body_len` bytes.
+pub(super) fn header((seq, committed_at): (u64, i64), body_len: u64) -> [u8; CHECKPOINT_HEADER_BYTES] {
     let mut header = [0u8; CHECKPOINT_HEADER_BYTES];
     for (at, field) in [
         (0, &CHECKPOINT_MAGIC[..]),
         (8, &CHECKPOINT_VERSION.to_le_bytes()[..]),
         (12, &0u32.to_le_bytes()[..]),
         (16, &seq.to_le_bytes()[..]),
-        (24, &body_len.to_le_bytes()[..]),
+        (24, &committed_at.to_le_bytes()[..]),
+        (32, &body_len.to_le_bytes()[..]),
     ] {
         if let Some(slot) = header.get_mut(at..at + field.len()) {
             slot.copy_from_slice(field);

@@ -31,9 +31,10 @@ use stream::{stream, STREAM_STEP};
 /// The magic bytes that open every checkpoint file.
 const CHECKPOINT_MAGIC: [u8; 8] = *b"CTXLOGCP";
 /// The checkpoint format version this build writes and reads.
-const CHECKPOINT_VERSION: u32 = 6;
-/// Bytes of the checkpoint header: magic, version, reserved, seq, body length.
-const CHECKPOINT_HEADER_BYTES: usize = 8 + 4 + 4 + 8 + 8;
+const CHECKPOINT_VERSION: u32 = 7;
+/// Bytes of the checkpoint header: magic, version, reserved, seq, the commit time of the batch at
+/// seq, body length.
+const CHECKPOINT_HEADER_BYTES: usize = 8 + 4 + 4 + 8 + 8 + 8;
 /// Bytes of one version in the version table.
 const VERSION_BYTES: usize = 72;
 
@@ -159,13 +160,13 @@ pub(crate) fn write(shared: &Shared, sync_log: bool) -> Result<u64> {
     };
     file.clear();
     file.extend_from_slice(&[0; CHECKPOINT_HEADER_BYTES]);
-    let seq = with_published_index(shared, |index, marks| {
+    let (seq, committed_at) = with_published_index(shared, |index, marks| {
         check_counts(index, &marks)?;
         encode_body_into(&mut file, index, &marks, None);
-        Ok::<_, Error>(index.seq)
+        Ok::<_, Error>((index.seq, index.committed_at))
     })??;
     // The header and the checksum are filled in after the lock is released.
-    seal_in_place(seq, &mut file);
+    seal_in_place((seq, committed_at), &mut file);
     let bytes = file;
     if sync_log {
         shared.flush()?;

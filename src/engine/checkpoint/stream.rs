@@ -102,7 +102,7 @@ pub(super) fn stream(
         largest: 0,
         failed: None,
     };
-    stream.extend_from_slice(&header(index.seq, count.0));
+    stream.extend_from_slice(&header((index.seq, index.committed_at), count.0));
     let rows = encode_body_into(&mut stream, index, segments, Some(kept));
     stream.flush();
     let (written, largest, crc) = (stream.written, stream.largest, stream.crc.clone().finalize());

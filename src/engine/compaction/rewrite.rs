@@ -120,7 +120,10 @@ fn write_rewrite(
             ),
         ));
     };
+    // A segment keeps its format: its frames are rewritten in it (a format 1 segment in format 2,
+    // as before: its frames gain a sync mark, which format 1 has none of).
     let new_header = SegmentHeader {
+        version: header.version.max(2),
         number,
         base_seq: header.base_seq,
         rewrites,
@@ -129,6 +132,7 @@ fn write_rewrite(
     out.buf.extend_from_slice(&new_header.encode());
     let mut copy = FrameCopy {
         number,
+        version: new_header.version,
         decisions: DecisionCursor {
             decisions: &plan.decisions,
         },
@@ -171,6 +175,8 @@ fn write_rewrite(
 /// updates it makes.
 struct FrameCopy<'a> {
     number: u32,
+    /// The segment format the frames are written in.
+    version: u32,
     decisions: DecisionCursor<'a>,
     out: &'a mut Spool,
     updates: Vec<Update>,
@@ -182,14 +188,24 @@ struct FrameCopy<'a> {
 /// slot of its version with, for a retired record, the reason.
 type Placed = (usize, usize, Option<(u32, Option<Reason>)>);
 
+/// What the sync mark of a rewritten frame of segment format 3 keeps and says: the frame's commit
+/// time, and whether a record of it is left out or retired.
+type KeptMark = (i64, bool);
+
 impl FrameCopy<'_> {
     /// Copies the frame `frame_seq` at `frame_offset` of the old segment, whose payload is
     /// `payload`: its records kept, retired or left out by their decisions.
     fn frame(&mut self, frame_seq: u64, frame_offset: usize, payload: &[u8]) -> std::result::Result<(), String> {
-        let mut encoder = BatchEncoder::new();
-        let placed = self.records(frame_offset, payload, &mut encoder)?;
+        let mut encoder = BatchEncoder::for_format(self.version);
+        let (placed, mark) = self.records(frame_offset, payload, &mut encoder)?;
         if encoder.is_empty() {
             return Ok(());
+        }
+        if self.version >= 3 {
+            // The frame keeps its commit time; it says whether this or an earlier rewrite left out
+            // or retired a record of it.
+            let (committed_at, altered) = mark.ok_or("a frame of segment format 3 has no sync mark of its format")?;
+            encoder.set_mark(committed_at, altered);
         }
         let frame_at = self.out.len();
         self.out
@@ -215,17 +231,22 @@ impl FrameCopy<'_> {
     }
 
     /// Encodes the records of the frame at `frame_offset` that the rewrite keeps into `encoder`,
-    /// and notes the versions it leaves out; returns where the kept ones are placed.
+    /// and notes the versions it leaves out; returns where the kept ones are placed, and, for a
+    /// frame of format 3, its commit time and whether a record of it is now left out or retired (by
+    /// this rewrite or an earlier one).
     fn records(
         &mut self,
         frame_offset: usize,
         payload: &[u8],
         encoder: &mut BatchEncoder,
-    ) -> std::result::Result<Vec<Placed>, String> {
+    ) -> std::result::Result<(Vec<Placed>, Option<KeptMark>), String> {
         // The frame's CRC covers every record: only a record that is replaced by a retired
-        // one is decoded (and its own CRC checked); the others are copied or left out as they are.
+        // one is decoded (and its own CRC checked), and the sync mark; the others are copied or
+        // left out as they are.
         let records = split_batch(payload).map_err(|e| e.0)?;
         let mut placed = Vec::new();
+        let mut mark = None;
+        let mut altered = false;
         for record in records {
             let (start, len) = (record.start, record.len);
             let raw = payload.get(start..start + len).ok_or("record out of its frame")?;
@@ -243,21 +264,41 @@ impl FrameCopy<'_> {
                     };
                     let at = encoder.retired(put.id, put.version, &put.hash);
                     placed.push((at, encoder.len() - at, Some((slot, Some(reason)))));
+                    altered = true;
                 }
-                Some((slot, Decision::Forget(reason))) => self.updates.push(Update::Forget(slot, reason)),
+                Some((slot, Decision::Forget(reason))) => {
+                    self.updates.push(Update::Forget(slot, reason));
+                    altered = true;
+                }
                 Some((slot, _)) => {
                     let at = encoder.raw(raw);
                     placed.push((at, len, Some((slot, None))));
                 }
-                // The rewritten frame has its own sync mark (a sealed segment is synced whole).
-                None if tag == Some(RecordTag::SyncMark) => {}
+                // The rewritten frame has its own sync mark (a sealed segment is synced whole),
+                // with the commit time of this one.
+                None if tag == Some(RecordTag::SyncMark) => {
+                    if self.version < 3 {
+                        continue;
+                    }
+                    if let RecordView::SyncMark {
+                        committed_at: Some(committed_at),
+                        altered: before,
+                        ..
+                    } = record.decode().map_err(|e| e.0)?
+                    {
+                        mark = Some((committed_at, before));
+                    }
+                }
                 None => {
                     let at = encoder.raw(raw);
                     placed.push((at, len, None));
                 }
             }
         }
-        Ok(placed)
+        Ok((
+            placed,
+            mark.map(|(committed_at, before)| (committed_at, before || altered)),
+        ))
     }
 }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::log::record::set_frame_header;
-use crate::log::segment::{create_segment, segment_file_name, Segment, SEGMENT_HEADER_BYTES};
+use crate::log::segment::{create_segment, segment_file_name, Segment, FORMAT_VERSION, SEGMENT_HEADER_BYTES};
 use crate::storage::Allocation;
 
 use super::{Op, OpOutcome, Staged, Writer, GROUP_BYTES_MAX};
@@ -151,8 +151,12 @@ impl Writer {
         Ok(())
     }
 
-    /// Assigns sequence numbers and appends every staged frame, starting new segments as needed.
+    /// Assigns sequence numbers and commit times and appends every staged frame, starting new
+    /// segments as needed: when the active one is full, and before the first frame written to a
+    /// store whose active segment is of an older format (every segment holds frames of its own
+    /// format only).
     pub(super) fn write_staged(&mut self, staged: &mut [Staged]) -> Result<()> {
+        let now = self.shared.clock.now();
         for batch in staged.iter_mut() {
             let Some((frame, _)) = &mut batch.frame else {
                 continue;
@@ -160,10 +164,15 @@ impl Writer {
             let seq = self.next_seq;
             let frame_len = frame.len() as u64;
             let pending = self.active.len + self.buffer.len() as u64;
-            if pending > SEGMENT_HEADER_BYTES as u64 && pending + frame_len > self.segment_size {
+            let full = pending > SEGMENT_HEADER_BYTES as u64 && pending + frame_len > self.segment_size;
+            if full || self.active.segment.version < FORMAT_VERSION {
                 self.rotate()?;
             }
-            set_frame_header(frame, seq, self.synced_len);
+            // Commit times never go back, even when the clock does.
+            let committed_at = now.max(self.last_committed_at);
+            self.last_committed_at = committed_at;
+            batch.committed_at = committed_at;
+            set_frame_header(frame, seq, self.synced_len, committed_at);
             let offset = self.active.len + self.buffer.len() as u64;
             if self.buffer.is_empty() && frame.len() >= WRITE_STRAIGHT_MIN {
                 // A bulk batch's frame is written from where it was built, not copied first.

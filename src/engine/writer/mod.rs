@@ -79,6 +79,8 @@ struct Staged {
     frame: Option<EncodedBatch>,
     reply: Sender<Result<Answer>>,
     seq: u64,
+    /// The batch's commit time, as its frame's sync mark records it (set when it is written).
+    committed_at: i64,
     location: Option<(u32, u64)>,
 }
 
@@ -105,6 +107,10 @@ pub(crate) struct Writer {
     /// Every frame carries it (its sync mark), so that recovery can tell a hole left by writes that
     /// never reached the disk from damage to synced bytes.
     pub(crate) synced_len: u64,
+    /// The commit time of the last frame written (at open: of the log's last batch that records
+    /// one, or of the checkpoint's; 0 when none does): the next frame's is never less, whatever
+    /// the clock says.
+    pub(crate) last_committed_at: i64,
     /// Write commands in the last group: how many to wait for in the next one.
     pub(crate) last_group_writes: usize,
     /// Threads kept for the work beside a bulk group's fsync.

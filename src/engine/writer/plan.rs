@@ -84,6 +84,7 @@ impl Writer {
                                 frame: encoder,
                                 reply,
                                 seq: 0,
+                                committed_at: 0,
                                 location: None,
                             });
                         }
@@ -261,16 +262,18 @@ impl<'a> BatchPlan<'a> {
         Ok(())
     }
 
-    /// Operation `position`, a delete of `id`: a record only if the id has a history to end.
+    /// Operation `position`, a delete of `id`: a record only if the id has a history to end, with
+    /// the scope of the version it ends.
     fn delete(&mut self, position: usize, id: &str) {
-        let existed = has_history(self.index, self.group, &self.batch, id);
+        let ended = latest_scope(self.index, self.group, &self.batch, id);
+        let existed = ended.is_some();
+        if let Some(scope) = ended {
+            let start = self.encoder.delete(id, scope.as_ref());
+            self.records.push(RecordSpan::since(position, start, &self.encoder));
+        }
         let pending = self.batch.ids.entry(id.to_owned()).or_default();
         pending.reset = true;
         pending.versions.clear();
-        if existed {
-            let start = self.encoder.delete(id);
-            self.records.push(RecordSpan::since(position, start, &self.encoder));
-        }
         self.outcomes.push(OpOutcome::Deleted(existed));
     }
 
@@ -458,18 +461,26 @@ fn is_pinned(index: &Index, group: &Overlay, batch: &Overlay, name: &str) -> boo
         .unwrap_or_else(|| index.pins.contains_key(name))
 }
 
-fn has_history(index: &Index, group: &Overlay, batch: &Overlay, id: &str) -> bool {
+/// The latest version of `id` (in this batch, the group's earlier batches, or the index, since the
+/// id's last delete), if the id has a history: `Some` with the version's scope, or with `None` when
+/// its record was reclaimed by compaction (a retired version keeps no scope).
+fn latest_scope(index: &Index, group: &Overlay, batch: &Overlay, id: &str) -> Option<Option<Scope>> {
     for overlay in [batch, group] {
         if let Some(pending) = overlay.ids.get(id) {
-            if !pending.versions.is_empty() {
-                return true;
+            if let Some((_, _, scope)) = pending.versions.last() {
+                return Some(Some(scope.clone()));
             }
             if pending.reset {
-                return false;
+                return None;
             }
         }
     }
-    index.current_history(id).next().is_some()
+    let latest = index.current_history(id).next()?;
+    Some(if latest.is_stored() {
+        index.scopes.value(latest.scope).cloned()
+    } else {
+        None
+    })
 }
 
 #[cfg(test)]

@@ -15,8 +15,9 @@ impl Writer {
     pub(super) fn publish(&self, staged: &[Staged]) {
         let mut index = write_index_for(&self.shared, staged);
         let registry = apply(&mut index, &self.shared, staged);
-        if let Some(seq) = last_seq(staged) {
+        if let Some((seq, committed_at)) = last_written(staged) {
             index.seq = seq;
+            index.committed_at = committed_at;
         }
         let active_len = self.active.len;
         self.active.segment.set_published_len(active_len);
@@ -29,8 +30,9 @@ impl Writer {
     /// Makes the batches [`apply_unpublished`] applied visible, once their fsync succeeded.
     pub(super) fn publish_applied(&self, staged: &[Staged]) {
         let mut index = self.shared.write_index();
-        if let Some(seq) = last_seq(staged) {
+        if let Some((seq, committed_at)) = last_written(staged) {
             index.seq = seq;
+            index.committed_at = committed_at;
         }
         index.unpublished = Unpublished::default();
         self.active.segment.set_published_len(self.active.len);
@@ -58,12 +60,12 @@ pub(super) fn written_puts(staged: &[Staged]) -> usize {
         .sum()
 }
 
-/// The sequence number of the group's last written batch.
-fn last_seq(staged: &[Staged]) -> Option<u64> {
+/// The sequence number and commit time of the group's last written batch.
+fn last_written(staged: &[Staged]) -> Option<(u64, i64)> {
     staged
         .iter()
         .filter(|batch| batch.frame.is_some())
-        .map(|batch| batch.seq)
+        .map(|batch| (batch.seq, batch.committed_at))
         .next_back()
 }
 

@@ -4,7 +4,10 @@
 use crate::num;
 
 use super::cursor::Cursor;
-use super::kinds::{PutView, RecordTag, RecordView, ScopeTag, ScopeView, FLAG_CONFIDENCE, FLAG_LZ4, FLAG_TTL};
+use super::kinds::{
+    PutView, RecordTag, RecordView, ScopeTag, ScopeView, FLAG_CONFIDENCE, FLAG_LZ4, FLAG_TTL, MARK_ALTERED,
+    SYNC_MARK_V2_BYTES, SYNC_MARK_V3_BYTES,
+};
 use super::{bad, DecodeError, RECORD_HEADER_BYTES};
 
 /// Decodes the records of a batch payload, with each record's offset from the payload start.
@@ -116,9 +119,14 @@ fn decode_body(tag: u8, body: &[u8]) -> Result<RecordView<'_>, DecodeError> {
         RecordTag::Put => RecordView::Put(decode_put(&mut c)?),
         RecordTag::Delete => {
             let id_len = usize::from(c.u8("id length")?);
-            RecordView::Delete {
-                id: c.str(id_len, "id")?,
-            }
+            let id = c.str(id_len, "id")?;
+            // Formats 1 and 2 end after the id; format 3 adds the scope of the version it ended.
+            let scope = if c.is_empty() {
+                None
+            } else {
+                Some(decode_scope(&mut c)?)
+            };
+            RecordView::Delete { id, scope }
         }
         RecordTag::RegisterType => {
             let name_len = usize::from(c.u8("type length")?);
@@ -161,14 +169,58 @@ fn decode_body(tag: u8, body: &[u8]) -> Result<RecordView<'_>, DecodeError> {
                 name: c.str(name_len, "name")?,
             }
         }
-        RecordTag::SyncMark => RecordView::SyncMark {
-            synced: c.u64("synced length")?,
-        },
+        RecordTag::SyncMark => decode_sync_mark(&mut c, body.len())?,
     };
     if !c.is_empty() {
         return Err(bad("bytes after the end of a record body"));
     }
     Ok(record)
+}
+
+/// A sync mark's body of `len` bytes: its length tells its format (8 bytes: format 2, 17: format 3).
+fn decode_sync_mark(c: &mut Cursor<'_>, len: usize) -> Result<RecordView<'static>, DecodeError> {
+    let synced = c.u64("synced length")?;
+    match len {
+        SYNC_MARK_V2_BYTES => Ok(RecordView::SyncMark {
+            synced,
+            committed_at: None,
+            altered: false,
+        }),
+        SYNC_MARK_V3_BYTES => {
+            let committed_at = c.i64("committed_at")?;
+            let flags = c.u8("sync mark flags")?;
+            if flags & !MARK_ALTERED != 0 {
+                return Err(bad(format!("unknown sync mark flags {flags:#04x}")));
+            }
+            Ok(RecordView::SyncMark {
+                synced,
+                committed_at: Some(committed_at),
+                altered: flags & MARK_ALTERED != 0,
+            })
+        }
+        other => Err(bad(format!(
+            "a sync mark body is {SYNC_MARK_V2_BYTES} or {SYNC_MARK_V3_BYTES} bytes, not {other}"
+        ))),
+    }
+}
+
+/// A scope as a put stores it, and as a format 3 delete does: the scope byte, then the session id
+/// (u8 length; empty unless the scope is a session's).
+fn decode_scope<'a>(c: &mut Cursor<'a>) -> Result<ScopeView<'a>, DecodeError> {
+    let scope_tag = ScopeTag::try_from(c.u8("scope")?)?;
+    let session_len = usize::from(c.u8("session length")?);
+    let session = c.str(session_len, "session_id")?;
+    scope_view(scope_tag, session)
+}
+
+/// The scope of `tag` and `session`, refused when a global scope carries a session id.
+fn scope_view(tag: ScopeTag, session: &str) -> Result<ScopeView<'_>, DecodeError> {
+    match tag {
+        ScopeTag::Session => Ok(ScopeView::Session(session)),
+        _ if !session.is_empty() => Err(bad("session id stored on a global scope")),
+        ScopeTag::GlobalReadonly => Ok(ScopeView::GlobalReadonly),
+        ScopeTag::GlobalWritable => Ok(ScopeView::GlobalWritable),
+    }
 }
 
 /// The body of a put record, after its tag.
@@ -194,15 +246,7 @@ fn decode_put<'a>(c: &mut Cursor<'a>) -> Result<PutView<'a>, DecodeError> {
     let source = c.str(source_len, "source")?;
     let content_len = num::usize_from_u32(c.u32("content length")?);
     let content = c.take(content_len, "content")?;
-    let scope_tag = ScopeTag::try_from(scope_byte)?;
-    let scope = match scope_tag {
-        ScopeTag::Session => ScopeView::Session(session),
-        ScopeTag::GlobalReadonly => ScopeView::GlobalReadonly,
-        ScopeTag::GlobalWritable => ScopeView::GlobalWritable,
-    };
-    if scope_tag != ScopeTag::Session && !session.is_empty() {
-        return Err(bad("session id stored on a global scope"));
-    }
+    let scope = scope_view(ScopeTag::try_from(scope_byte)?, session)?;
     // Adds validate timestamps; the index keeps them in 40 bits.
     if !(0..=crate::limits::TIMESTAMP_MAX).contains(&timestamp) {
         return Err(bad(format!("timestamp {timestamp} out of range")));

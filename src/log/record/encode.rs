@@ -6,8 +6,11 @@ use crate::item::{Scope, TypeSpec};
 use crate::limits::FRAME_PAYLOAD_BYTES_MAX;
 use crate::num;
 
-use super::kinds::{PutRef, RecordTag, ScopeTag, FLAG_CONFIDENCE, FLAG_LZ4, FLAG_TTL};
-use super::{FRAME_HEADER_BYTES, FRAME_KIND_BATCH, RECORD_HEADER_BYTES};
+use super::kinds::{
+    PutRef, RecordTag, ScopeTag, FLAG_CONFIDENCE, FLAG_LZ4, FLAG_TTL, MARK_ALTERED, SYNC_MARK_V2_BYTES,
+    SYNC_MARK_V3_BYTES,
+};
+use super::{FRAME_HEADER_BYTES, FRAME_KIND_BATCH, RECORD_HEADER_BYTES, SYNC_MARK_AT};
 
 /// Content shorter than this is stored as it is: compressing it saves too little.
 const COMPRESS_BYTES_MIN: usize = 128;
@@ -88,6 +91,15 @@ pub(crate) fn encode_put(put: &PutRef<'_>) -> Vec<u8> {
     out
 }
 
+/// A scope's tag and session id (empty for a global scope), as records store them.
+fn scope_parts(scope: &Scope) -> (ScopeTag, &str) {
+    match scope {
+        Scope::Session(id) => (ScopeTag::Session, id.as_str()),
+        Scope::GlobalReadonly => (ScopeTag::GlobalReadonly, ""),
+        Scope::GlobalWritable => (ScopeTag::GlobalWritable, ""),
+    }
+}
+
 /// The body of a put record.
 fn put_body(out: &mut Vec<u8>, put: &PutRef<'_>) {
     let mut flags = 0u8;
@@ -99,11 +111,7 @@ fn put_body(out: &mut Vec<u8>, put: &PutRef<'_>) {
     }
     let flags_at = out.len();
     out.push(flags);
-    let (scope_tag, session) = match put.scope {
-        Scope::Session(id) => (ScopeTag::Session, id.as_str()),
-        Scope::GlobalReadonly => (ScopeTag::GlobalReadonly, ""),
-        Scope::GlobalWritable => (ScopeTag::GlobalWritable, ""),
-    };
+    let (scope_tag, session) = scope_parts(put.scope);
     out.push(scope_tag as u8);
     out.extend_from_slice(&put.timestamp.to_le_bytes());
     out.extend_from_slice(&put.ttl_seconds.unwrap_or(0).to_le_bytes());
@@ -128,11 +136,14 @@ fn put_body(out: &mut Vec<u8>, put: &PutRef<'_>) {
 pub(crate) struct BatchEncoder {
     buf: Vec<u8>,
     count: u32,
+    /// Whether the frame is of segment format 3 (its sync mark 17 bytes, its deletes with a scope)
+    /// or of format 2.
+    format_3: bool,
 }
 
 impl BatchEncoder {
-    /// Starts a frame: the header is filled in by [`BatchEncoder::finish`].
-    /// The frame's first record is its sync mark, filled in by
+    /// Starts a frame of the current segment format (3): the header is filled in by
+    /// [`BatchEncoder::finish`]. The frame's first record is its sync mark, filled in by
     /// [`set_frame_header`](super::set_frame_header).
     pub(crate) fn new() -> Self {
         Self::with_capacity(0)
@@ -141,10 +152,52 @@ impl BatchEncoder {
     /// [`BatchEncoder::new`] with room for `records` bytes of records, so that a large batch's
     /// frame is not copied again each time it outgrows its buffer.
     pub(crate) fn with_capacity(records: usize) -> Self {
+        Self::start(records, true)
+    }
+
+    /// Starts a frame for a segment of format `version`, as compaction rewrites it: a format 3
+    /// frame for format 3, otherwise a format 2 frame (8-byte sync mark, deletes without a scope),
+    /// which is also what a rewritten format 1 segment holds.
+    pub(crate) fn for_format(version: u32) -> Self {
+        Self::start(0, version >= 3)
+    }
+
+    fn start(records: usize, format_3: bool) -> Self {
         let mut buf = Vec::with_capacity(256 + records);
         buf.extend_from_slice(&[0u8; FRAME_HEADER_BYTES + 4]);
-        push_record(&mut buf, RecordTag::SyncMark, |out| out.extend_from_slice(&[0u8; 8]));
-        BatchEncoder { buf, count: 1 }
+        let mark_bytes = if format_3 {
+            SYNC_MARK_V3_BYTES
+        } else {
+            SYNC_MARK_V2_BYTES
+        };
+        push_record(&mut buf, RecordTag::SyncMark, |out| {
+            out.resize(out.len() + mark_bytes, 0)
+        });
+        BatchEncoder {
+            buf,
+            count: 1,
+            format_3,
+        }
+    }
+
+    /// Sets a format 3 frame's `committed_at` and `altered` flag in its sync mark (compaction keeps
+    /// a frame's time and says whether it left out or retired a record of it); a format 2 frame has
+    /// neither, and is left as it is.
+    pub(crate) fn set_mark(&mut self, committed_at: i64, altered: bool) {
+        if !self.format_3 {
+            return;
+        }
+        let body = SYNC_MARK_AT..SYNC_MARK_AT + SYNC_MARK_V3_BYTES;
+        if let Some(slot) = self.buf.get_mut(body.start + 8..body.start + 16) {
+            slot.copy_from_slice(&committed_at.to_le_bytes());
+        }
+        if let Some(flags) = self.buf.get_mut(body.start + 16) {
+            *flags = if altered { MARK_ALTERED } else { 0 };
+        }
+        let crc = crc32fast::hash(self.buf.get(body).unwrap_or_default());
+        if let Some(slot) = self.buf.get_mut(SYNC_MARK_AT - 4..SYNC_MARK_AT) {
+            slot.copy_from_slice(&crc.to_le_bytes());
+        }
     }
 
     /// Bytes encoded so far, header included.
@@ -166,10 +219,20 @@ impl BatchEncoder {
         start
     }
 
-    /// Appends a tombstone for `id`.
-    pub(crate) fn delete(&mut self, id: &str) -> usize {
+    /// Appends a tombstone for `id`, which ends a version in `scope`. A format 3 frame records the
+    /// scope after the id; a format 2 frame, or a scope the store no longer knows (`None`: the
+    /// version's content was reclaimed), gives the id alone.
+    pub(crate) fn delete(&mut self, id: &str, scope: Option<&Scope>) -> usize {
         self.count += 1;
-        push_record(&mut self.buf, RecordTag::Delete, |out| put_len_prefixed_u8(out, id))
+        let scope = scope.filter(|_| self.format_3);
+        push_record(&mut self.buf, RecordTag::Delete, |out| {
+            put_len_prefixed_u8(out, id);
+            if let Some(scope) = scope {
+                let (tag, session) = scope_parts(scope);
+                out.push(tag as u8);
+                put_len_prefixed_u8(out, session);
+            }
+        })
     }
 
     /// Appends a type registration.

@@ -1,26 +1,33 @@
-//! Frames: reading one (header, length and CRC checked), and completing one when it is written
-//! (its sequence number and sync mark set, its CRCs computed).
+//! Frames: reading one (header, length and CRC checked), checking that its records are of its
+//! segment's format, and completing one when it is written (its sequence number and sync mark
+//! set, its CRCs computed).
 
 use crate::limits::FRAME_PAYLOAD_BYTES_MAX;
 use crate::num;
 
 use super::cursor::Cursor;
 use super::decode::decode_record;
-use super::kinds::{RecordTag, RecordView};
-use super::{FRAME_HEADER_BYTES, FRAME_KIND_BATCH, RECORD_HEADER_BYTES};
+use super::kinds::{RecordTag, RecordView, SYNC_MARK_V3_BYTES};
+use super::{bad, DecodeError, FRAME_HEADER_BYTES, FRAME_KIND_BATCH, RECORD_HEADER_BYTES, SYNC_MARK_AT};
 
-/// Where the sync mark's value sits in a frame: after the frame header, the record count and the
-/// mark's record header.
-const SYNC_MARK_AT: usize = FRAME_HEADER_BYTES + 4 + RECORD_HEADER_BYTES;
-
-/// Sets a whole frame's sequence number and sync mark, and recomputes the mark's and the frame's
+/// Sets a whole frame's sequence number and sync mark (`synced`, and in a format 3 frame
+/// `committed_at`; its flags are left as they are), and recomputes the mark's and the frame's
 /// CRCs. A frame from [`BatchEncoder::finish`](super::BatchEncoder::finish) always starts with its
 /// sync mark.
-pub(crate) fn set_frame_header(frame: &mut [u8], seq: u64, synced: u64) {
+pub(crate) fn set_frame_header(frame: &mut [u8], seq: u64, synced: u64, committed_at: i64) {
+    let mark_len = frame
+        .get(SYNC_MARK_AT - 8..SYNC_MARK_AT - 4)
+        .and_then(|len| len.try_into().ok())
+        .map_or(0, |len| num::usize_from_u32(u32::from_le_bytes(len)));
     if let Some(slot) = frame.get_mut(SYNC_MARK_AT..SYNC_MARK_AT + 8) {
         slot.copy_from_slice(&synced.to_le_bytes());
     }
-    let mark_crc = crc32fast::hash(frame.get(SYNC_MARK_AT..SYNC_MARK_AT + 8).unwrap_or_default());
+    if mark_len == SYNC_MARK_V3_BYTES {
+        if let Some(slot) = frame.get_mut(SYNC_MARK_AT + 8..SYNC_MARK_AT + 16) {
+            slot.copy_from_slice(&committed_at.to_le_bytes());
+        }
+    }
+    let mark_crc = crc32fast::hash(frame.get(SYNC_MARK_AT..SYNC_MARK_AT + mark_len).unwrap_or_default());
     if let Some(slot) = frame.get_mut(SYNC_MARK_AT - 4..SYNC_MARK_AT) {
         slot.copy_from_slice(&mark_crc.to_le_bytes());
     }
@@ -33,17 +40,46 @@ pub(crate) fn set_frame_header(frame: &mut [u8], seq: u64, synced: u64) {
     }
 }
 
-/// The sync mark of a frame's payload (CRC already checked), if its first record is one: frames of
-/// segment format 1 have none.
+/// The `synced` field of the sync mark of a frame's payload (CRC already checked), if its first
+/// record is one (of format 2 or 3): frames of segment format 1 have none.
 pub(crate) fn frame_sync_mark(payload: &[u8]) -> Option<u64> {
-    let record = payload.get(4..4 + RECORD_HEADER_BYTES + 8)?;
-    if record.first() != Some(&(RecordTag::SyncMark as u8)) {
+    let mut header = Cursor::new(payload.get(4..4 + RECORD_HEADER_BYTES)?);
+    if header.u8("record tag").ok()? != RecordTag::SyncMark as u8 {
         return None;
     }
+    let body_len = num::usize_from_u32(header.u32("record length").ok()?);
+    let record = payload.get(4..4 + RECORD_HEADER_BYTES + body_len.min(SYNC_MARK_V3_BYTES))?;
     match decode_record(record) {
-        Ok(RecordView::SyncMark { synced }) => Some(synced),
+        Ok(RecordView::SyncMark { synced, .. }) => Some(synced),
         _ => None,
     }
+}
+
+/// Checks that a frame's decoded records are of the format of the segment holding them, `version`:
+/// a frame of format 3 starts with a format 3 sync mark (which has a commit time); a frame of
+/// format 1 or 2 holds none.
+pub(crate) fn check_frame_format(version: u32, records: &[(usize, usize, RecordView<'_>)]) -> Result<(), DecodeError> {
+    let has_time = |record: &RecordView<'_>| {
+        matches!(
+            record,
+            RecordView::SyncMark {
+                committed_at: Some(_),
+                ..
+            }
+        )
+    };
+    if version >= 3 {
+        if !records.first().is_some_and(|(_, _, record)| has_time(record)) {
+            return Err(bad(format!(
+                "a frame of segment format {version} does not start with a sync mark of its format"
+            )));
+        }
+    } else if records.iter().any(|(_, _, record)| has_time(record)) {
+        return Err(bad(format!(
+            "a frame of segment format {version} holds a sync mark of format 3"
+        )));
+    }
+    Ok(())
 }
 
 /// A frame header as read from disk, before its CRC is checked.

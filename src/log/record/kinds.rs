@@ -20,8 +20,9 @@ pub(crate) enum RecordTag {
     Retired = 4,
     Pin = 5,
     Unpin = 6,
-    /// The first record of every frame this build writes: how many bytes of the segment were durable
-    /// (fsynced) when the frame was written. Recovery uses it to tell unsynced holes from damage.
+    /// The first record of every frame of segment formats 2 and 3: how many bytes of the segment
+    /// were durable (fsynced) when the frame was written, which recovery uses to tell unsynced holes
+    /// from damage; in format 3 also when the batch committed, and whether compaction altered it.
     SyncMark = 7,
 }
 
@@ -63,6 +64,13 @@ impl TryFrom<u8> for ScopeTag {
         })
     }
 }
+
+/// Bytes of a sync mark's body in segment format 2: `synced`.
+pub(crate) const SYNC_MARK_V2_BYTES: usize = 8;
+/// Bytes of a sync mark's body in segment format 3: `synced`, `committed_at` and `flags`.
+pub(crate) const SYNC_MARK_V3_BYTES: usize = 8 + 8 + 1;
+/// A format 3 sync mark's flags: compaction left out or retired at least one record of the frame.
+pub(super) const MARK_ALTERED: u8 = 1;
 
 /// A put record's flags: a TTL is stored.
 pub(super) const FLAG_TTL: u8 = 1;
@@ -290,8 +298,13 @@ impl<'a> PutView<'a> {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum RecordView<'a> {
     Put(PutView<'a>),
+    /// A tombstone: the end of the id's current history. `scope` is the scope of the version it
+    /// ended, as segment format 3 records it; `None` for the body of formats 1 and 2 (the id alone),
+    /// which format 3 also writes when the store no longer knows that scope (the version's content
+    /// was reclaimed by compaction).
     Delete {
         id: &'a str,
+        scope: Option<ScopeView<'a>>,
     },
     RegisterType {
         name: &'a str,
@@ -314,8 +327,13 @@ pub(crate) enum RecordView<'a> {
     Unpin {
         name: &'a str,
     },
-    /// Bytes of the segment that were durable when the frame holding this record was written.
+    /// The first record of a frame (segment formats 2 and 3): bytes of the segment that were durable
+    /// when the frame was written; in format 3 (`committed_at` is `Some`) the store's clock when the
+    /// batch committed, never less than the previous frame's, and whether compaction left out or
+    /// retired a record of the frame (`altered`, always false in format 2).
     SyncMark {
         synced: u64,
+        committed_at: Option<i64>,
+        altered: bool,
     },
 }

@@ -26,6 +26,10 @@
 //! [`decode`](mod@decode) takes a batch payload apart into its records, and [`frame`] reads a
 //! frame's header and sets its sequence number and sync mark. Each looks only at those listed
 //! before it.
+//!
+//! Segment format 3 (docs/FORMAT.md) differs from format 2 in two record bodies: a frame's sync
+//! mark adds the batch's commit time and a flags byte (17 bytes instead of 8), and a delete adds
+//! the scope of the version it ended. Both forms decode, told apart by the body's length.
 
 mod cursor;
 mod decode;
@@ -36,7 +40,7 @@ mod kinds;
 pub(crate) use cursor::Cursor;
 pub(crate) use decode::{decode_batch, decode_checked_record, decode_record, split_batch};
 pub(crate) use encode::{encode_put, BatchEncoder};
-pub(crate) use frame::{frame_sync_mark, read_frame, set_frame_header, FrameError};
+pub(crate) use frame::{check_frame_format, frame_sync_mark, read_frame, set_frame_header, FrameError};
 pub(crate) use kinds::{PutRef, PutView, RecordTag, RecordView, ScopeView};
 
 /// Bytes of a frame header.
@@ -45,6 +49,9 @@ pub(crate) const FRAME_HEADER_BYTES: usize = 4 + 4 + 1 + 8;
 pub(crate) const RECORD_HEADER_BYTES: usize = 1 + 4 + 4;
 /// The frame kind of a batch.
 pub(crate) const FRAME_KIND_BATCH: u8 = 1;
+/// Where the body of a frame's sync mark starts: after the frame header, the record count and the
+/// mark's record header.
+const SYNC_MARK_AT: usize = FRAME_HEADER_BYTES + 4 + RECORD_HEADER_BYTES;
 
 /// Why bytes could not be decoded; the caller turns it into `Error::Corrupt` with file and offset.
 #[derive(Debug, Clone, PartialEq, Eq)]

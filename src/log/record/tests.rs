@@ -47,17 +47,29 @@ fn the_sync_mark_is_set_with_the_sequence_number() {
     enc.put(&sample_put(&scope, &hash));
     assert!(!enc.is_empty());
     let mut frame = enc.finish(0).unwrap();
-    set_frame_header(&mut frame, 77, 4_096);
+    set_frame_header(&mut frame, 77, 4_096, 1_715_335_300);
     let (header, payload) = read_frame(&frame).unwrap();
     assert_eq!(header.seq, 77);
     assert_eq!(frame_sync_mark(payload), Some(4_096));
     let records = decode_batch(payload).unwrap();
-    assert_eq!(records[0].2, RecordView::SyncMark { synced: 4_096 });
+    assert_eq!(
+        records[0].2,
+        RecordView::SyncMark {
+            synced: 4_096,
+            committed_at: Some(1_715_335_300),
+            altered: false
+        }
+    );
     assert!(matches!(records[1].2, RecordView::Put(_)));
+    check_frame_format(3, &records).unwrap();
+    assert!(
+        check_frame_format(2, &records).is_err(),
+        "a format 3 mark in a format 2 segment"
+    );
     // A frame of segment format 1 starts with its first operation's record: no mark.
     let mut old = frame.clone();
     let count = u32::from_le_bytes(old[17..21].try_into().unwrap()) - 1;
-    old.drain(21..21 + RECORD_HEADER_BYTES + 8);
+    old.drain(21..21 + RECORD_HEADER_BYTES + 17);
     old[17..21].copy_from_slice(&count.to_le_bytes());
     let len = u32::try_from(old.len() - FRAME_HEADER_BYTES).unwrap();
     old[0..4].copy_from_slice(&len.to_le_bytes());
@@ -65,7 +77,13 @@ fn the_sync_mark_is_set_with_the_sequence_number() {
     old[4..8].copy_from_slice(&crc.to_le_bytes());
     let (_, payload) = read_frame(&old).unwrap();
     assert_eq!(frame_sync_mark(payload), None);
-    assert_eq!(decode_batch(payload).unwrap().len(), 1);
+    let records = decode_batch(payload).unwrap();
+    assert_eq!(records.len(), 1);
+    check_frame_format(1, &records).unwrap();
+    assert!(
+        check_frame_format(3, &records).is_err(),
+        "a format 3 frame without its mark"
+    );
 }
 
 #[test]
@@ -75,15 +93,15 @@ fn a_frame_finished_unsealed_is_the_same_frame_once_its_header_is_set() {
     let encoder = || {
         let mut enc = BatchEncoder::new();
         enc.put(&sample_put(&scope, &hash));
-        enc.delete("gone");
+        enc.delete("gone", Some(&scope));
         enc
     };
     let mut sealed = encoder().finish(5).unwrap();
     let mut unsealed = encoder().finish_unsealed().unwrap();
     assert_eq!(sealed.len(), unsealed.len());
     assert!(read_frame(&unsealed).is_err(), "no CRC yet: not a frame");
-    set_frame_header(&mut sealed, 77, 4_096);
-    set_frame_header(&mut unsealed, 77, 4_096);
+    set_frame_header(&mut sealed, 77, 4_096, 9);
+    set_frame_header(&mut unsealed, 77, 4_096, 9);
     assert_eq!(sealed, unsealed);
     let (header, payload) = read_frame(&unsealed).unwrap();
     assert_eq!(header.seq, 77);
@@ -129,7 +147,7 @@ fn batch_roundtrips() {
     let hash = [7u8; 32];
     let mut enc = BatchEncoder::new();
     let put_at = enc.put(&sample_put(&scope, &hash));
-    let del_at = enc.delete("old");
+    let del_at = enc.delete("old", Some(&scope));
     let spec = TypeSpec::new("legal_clause").id_pattern("^cl_");
     enc.register_type(&spec);
     enc.retired("gone", "7", &[3u8; 32]);
@@ -144,7 +162,11 @@ fn batch_roundtrips() {
     assert_eq!(all.len(), 8);
     assert_eq!(
         all[0].2,
-        RecordView::SyncMark { synced: 0 },
+        RecordView::SyncMark {
+            synced: 0,
+            committed_at: Some(0),
+            altered: false
+        },
         "every frame starts with its sync mark"
     );
     let records = &all[1..];
@@ -195,7 +217,13 @@ fn batch_roundtrips() {
         }
         other => panic!("expected a put, got {other:?}"),
     }
-    assert_eq!(records[1].2, RecordView::Delete { id: "old" });
+    assert_eq!(
+        records[1].2,
+        RecordView::Delete {
+            id: "old",
+            scope: Some(ScopeView::Session("s1"))
+        }
+    );
     assert_eq!(
         records[2].2,
         RecordView::RegisterType {
@@ -226,7 +254,7 @@ fn every_flipped_bit_of_a_frame_is_refused() {
 #[test]
 fn short_frames_are_short() {
     let mut enc = BatchEncoder::new();
-    enc.delete("x");
+    enc.delete("x", Some(&Scope::GlobalReadonly));
     let frame = enc.finish(9).unwrap();
     for cut in 0..frame.len() {
         assert_eq!(read_frame(&frame[..cut]), Err(FrameError::Short), "cut at {cut}");
@@ -383,4 +411,173 @@ fn absurd_counts_do_not_allocate() {
     let mut payload = u32::MAX.to_le_bytes().to_vec();
     payload.extend_from_slice(&[0; 16]);
     assert!(decode_batch(&payload).is_err());
+}
+
+/// The frame of `enc`, finished with sequence number 1.
+fn frame_records(enc: BatchEncoder) -> Vec<u8> {
+    enc.finish(1).unwrap()
+}
+
+/// A record (header and body) whose body is `body`, with its CRC.
+fn record_of(tag: u8, body: &[u8]) -> Vec<u8> {
+    let mut record = vec![tag];
+    record.extend_from_slice(&u32::try_from(body.len()).unwrap().to_le_bytes());
+    record.extend_from_slice(&crc32fast::hash(body).to_le_bytes());
+    record.extend_from_slice(body);
+    record
+}
+
+#[test]
+fn sync_marks_of_both_formats_decode_by_their_length() {
+    // Format 2: `synced` alone, 8 bytes.
+    let mut v2 = frame_records(BatchEncoder::for_format(2));
+    set_frame_header(&mut v2, 4, 0x222, 1_715_335_300);
+    let (_, payload) = read_frame(&v2).unwrap();
+    let mark = &payload[4..];
+    assert_eq!(mark.len(), RECORD_HEADER_BYTES + 8, "a format 2 mark is 8 bytes");
+    assert_eq!(
+        decode_record(mark).unwrap(),
+        RecordView::SyncMark {
+            synced: 0x222,
+            committed_at: None,
+            altered: false
+        },
+        "a format 2 mark has no commit time, and setting one leaves it as it is"
+    );
+    assert_eq!(frame_sync_mark(payload), Some(0x222));
+    assert_eq!(
+        BatchEncoder::for_format(1).len(),
+        v2.len(),
+        "a format 1 segment is rewritten in format 2"
+    );
+
+    // Format 3: `synced`, `committed_at`, `flags`, 17 bytes; the flags set by compaction survive the
+    // header being set.
+    let mut enc = BatchEncoder::for_format(3);
+    enc.set_mark(-7, true);
+    let mut v3 = frame_records(enc);
+    set_frame_header(&mut v3, 4, 0x222, 1_715_335_300);
+    let (_, payload) = read_frame(&v3).unwrap();
+    let mark = &payload[4..];
+    assert_eq!(mark.len(), RECORD_HEADER_BYTES + 17, "a format 3 mark is 17 bytes");
+    assert_eq!(mark[RECORD_HEADER_BYTES + 16], 1, "flags: altered");
+    assert_eq!(
+        decode_record(mark).unwrap(),
+        RecordView::SyncMark {
+            synced: 0x222,
+            committed_at: Some(1_715_335_300),
+            altered: true
+        }
+    );
+    assert_eq!(frame_sync_mark(payload), Some(0x222));
+    let mut enc = BatchEncoder::new();
+    enc.set_mark(1_715_335_300, false);
+    let frame = frame_records(enc);
+    let (_, payload) = read_frame(&frame).unwrap();
+    assert_eq!(
+        decode_batch(payload).unwrap()[0].2,
+        RecordView::SyncMark {
+            synced: 0,
+            committed_at: Some(1_715_335_300),
+            altered: false
+        }
+    );
+    // A format 2 encoder keeps its 8-byte mark whatever it is told.
+    let mut enc = BatchEncoder::for_format(2);
+    enc.set_mark(5, true);
+    assert_eq!(enc.len(), BatchEncoder::for_format(2).len());
+
+    // Any other length is refused: the body is read by its length, not up to it.
+    let mut body = 0x222u64.to_le_bytes().to_vec();
+    body.extend_from_slice(&1_715_335_300i64.to_le_bytes());
+    body.push(0);
+    for len in [0, 7, 9, 16, 18] {
+        let mut long = body.clone();
+        long.resize(len, 0);
+        let refused = decode_record(&record_of(7, &long)).expect_err("another length");
+        assert!(
+            refused.0.contains("sync mark") || refused.0.contains("past the end"),
+            "{len}: {refused:?}"
+        );
+    }
+    assert!(decode_record(&record_of(7, &body)).is_ok());
+}
+
+#[test]
+fn a_sync_mark_with_an_unknown_flag_bit_is_refused() {
+    let mut body = 0u64.to_le_bytes().to_vec();
+    body.extend_from_slice(&1_715_335_300i64.to_le_bytes());
+    for flags in 0..=u8::MAX {
+        let mut marked = body.clone();
+        marked.push(flags);
+        match decode_record(&record_of(7, &marked)) {
+            Ok(RecordView::SyncMark { altered, .. }) => {
+                assert!(flags <= 1, "flags {flags:#04x} taken");
+                assert_eq!(altered, flags == 1);
+            }
+            Ok(other) => panic!("{other:?}"),
+            Err(e) => {
+                assert!(flags > 1, "flags {flags:#04x} refused: {e:?}");
+                assert_eq!(e.0, format!("unknown sync mark flags {flags:#04x}"));
+            }
+        }
+    }
+}
+
+#[test]
+fn deletes_of_both_formats_decode() {
+    // Formats 1 and 2: the id alone.
+    assert_eq!(
+        decode_record(&record_of(2, b"\x04gone")).unwrap(),
+        RecordView::Delete {
+            id: "gone",
+            scope: None
+        }
+    );
+    // Format 3: the id, then the scope of the version it ended, as a put stores it.
+    for (scope, view, body) in [
+        (
+            Scope::Session("s1".into()),
+            ScopeView::Session("s1"),
+            &b"\x04gone\x00\x02s1"[..],
+        ),
+        (
+            Scope::GlobalReadonly,
+            ScopeView::GlobalReadonly,
+            &b"\x04gone\x01\x00"[..],
+        ),
+        (
+            Scope::GlobalWritable,
+            ScopeView::GlobalWritable,
+            &b"\x04gone\x02\x00"[..],
+        ),
+    ] {
+        let expected = RecordView::Delete {
+            id: "gone",
+            scope: Some(view),
+        };
+        assert_eq!(decode_record(&record_of(2, body)).unwrap(), expected);
+        let mut enc = BatchEncoder::new();
+        let at = enc.delete("gone", Some(&scope));
+        let frame = enc.finish(1).unwrap();
+        assert_eq!(&frame[at..], &record_of(2, body)[..], "{scope:?}");
+        // A format 2 frame, or a scope the store no longer knows, gives the id alone.
+        let mut enc = BatchEncoder::for_format(2);
+        let at = enc.delete("gone", Some(&scope));
+        assert_eq!(&enc.finish(1).unwrap()[at..], &record_of(2, b"\x04gone")[..]);
+    }
+    let mut enc = BatchEncoder::new();
+    let at = enc.delete("gone", None);
+    assert_eq!(&enc.finish(1).unwrap()[at..], &record_of(2, b"\x04gone")[..]);
+    // Refused: an unknown scope, a session id on a global scope, a cut or overlong body.
+    for (body, why) in [
+        (&b"\x04gone\x03\x00"[..], "unknown scope tag 3"),
+        (&b"\x04gone\x01\x02s1"[..], "session id stored on a global scope"),
+        (&b"\x04gone\x00"[..], "session length"),
+        (&b"\x04gone\x00\x02s"[..], "session_id"),
+        (&b"\x04gone\x02\x00\x00"[..], "bytes after the end"),
+    ] {
+        let refused = decode_record(&record_of(2, body)).expect_err(why);
+        assert!(refused.0.contains(why), "{body:?}: {refused:?}");
+    }
 }
