@@ -222,15 +222,22 @@ fn replay_batch(
                 index.check_room_to_replay(Some(put.kind)).map_err(past_limits)?;
                 index.apply_put(seq, &put, location_of(segment, frame_offset, payload, start, len)?);
             }
-            RecordView::Retired { id, version, .. } => {
+            RecordView::Retired {
+                id,
+                version,
+                kind,
+                scope,
+                ..
+            } => {
                 if stored_twice(index, segment, bytes, id, version) {
                     return Err(format!("item {id:?} version {version:?} is stored twice"));
                 }
-                index.check_room_to_replay(None).map_err(past_limits)?;
+                index.check_room_to_replay(kind).map_err(past_limits)?;
                 index.apply_retired(
                     seq,
                     id,
                     version,
+                    kind.zip(scope),
                     location_of(segment, frame_offset, payload, start, len)?,
                 );
             }

@@ -7,7 +7,7 @@ use crate::limits::{SCOPES_MAX, VERSIONS_MAX};
 use crate::log::record::{PutView, ScopeView};
 use crate::num::bounded;
 
-use super::entry::{Location, Rare, VersionEntry, VersionState, NEVER_EXPIRES, NO_SLOT, SEQ_OPEN};
+use super::entry::{Location, Rare, VersionEntry, VersionState, NEVER_EXPIRES, NO_SLOT, SCOPE_UNKNOWN, SEQ_OPEN};
 use super::ids::{numbers_to_values, IdTable};
 use super::interner::Interner;
 use super::keys::KeySet;
@@ -139,17 +139,38 @@ impl Index {
         self.by_time.insert(&self.slots, key);
     }
 
-    /// Records a retired version (content reclaimed, identity remembered) replayed from the log.
-    pub(crate) fn apply_retired(&mut self, seq: u64, id: &str, version: &str, location: Location) {
+    /// Records a retired version (content reclaimed, identity remembered) replayed from the log, with
+    /// the type and scope its record keeps (`ended`; `None` for a record of segment format 1 or 2,
+    /// which keeps neither: the version's scope number is then [`SCOPE_UNKNOWN`]).
+    pub(crate) fn apply_retired(
+        &mut self,
+        seq: u64,
+        id: &str,
+        version: &str,
+        ended: Option<(&str, ScopeView<'_>)>,
+        location: Location,
+    ) {
+        let (kind, scope) = match ended {
+            Some((kind, scope)) => (
+                // As for a put: replay checks room for the type first.
+                bounded(
+                    self.kinds.intern_by(kind, || Box::from(kind)),
+                    "type number (limits::TYPES_MAX)",
+                ),
+                self.intern_scope(scope),
+            ),
+            None => (0, SCOPE_UNKNOWN),
+        };
         self.push_version(
             seq,
             id,
             VersionEntry {
                 seq_created: seq,
                 location,
+                scope,
                 ..VersionEntry::default()
             }
-            .with_meta(0, 0, VersionState::Retired)
+            .with_meta(0, kind, VersionState::Retired)
             .with_version(version),
             NEVER_EXPIRES,
             0,
@@ -308,7 +329,9 @@ impl Index {
     }
 
     /// Compaction reclaimed a version's content but the store still remembers its identity; the
-    /// retired record is at `location`.
+    /// retired record is at `location`. The version keeps its type and scope numbers (a retired
+    /// record of segment format 3 keeps them too; one of format 1 or 2 does not, and its replay
+    /// knows neither).
     /// Its entries stay in the ordered sets (readers skip versions that are not stored) until
     /// [`Index::unlink_from_sets`]; returns whether it was stored (so has entries there).
     pub(crate) fn retire(&mut self, slot: u32, location: Location) -> bool {
@@ -413,7 +436,10 @@ mod tests {
             index.check_room_to_replay(Some("message")).is_ok(),
             "a known type takes no room"
         );
-        assert!(index.check_room_to_replay(None).is_ok(), "a retired record has no type");
+        assert!(
+            index.check_room_to_replay(None).is_ok(),
+            "a retired record of format 1 or 2 names no type"
+        );
         let refused = index.check_room_to_replay(Some("other"));
         assert!(
             matches!(&refused, Err(crate::Error::Full { what, .. }) if what == "types"),

@@ -17,6 +17,14 @@ pub(crate) fn version_tag(version: &str) -> u16 {
     crate::num::low_u16(u64::from(crc32fast::hash(version.as_bytes())))
 }
 
+/// The scope number of a retired version whose type and scope are unknown: one replayed from a
+/// retired record of segment format 1 or 2, which keeps neither (its type number is then 0). No
+/// scope is interned under it: the index holds at most [`SCOPES_MAX`](crate::limits::SCOPES_MAX)
+/// scopes, numbered below it. Every other version, stored or retired, keeps its type and scope
+/// numbers.
+pub(crate) const SCOPE_UNKNOWN: u32 = u32::MAX;
+const _: () = assert!(crate::limits::SCOPES_MAX < SCOPE_UNKNOWN as usize);
+
 /// [`VersionEntry`]'s `ended` while the version is open.
 const ENDED_OPEN: u32 = u32::MAX;
 
@@ -107,6 +115,8 @@ pub(crate) struct VersionEntry {
     pub(crate) id: u32,
     /// The id's previous (older) version still in the index, or [`NO_SLOT`].
     pub(crate) prev: u32,
+    /// The scope number, kept when the version is retired; [`SCOPE_UNKNOWN`] for a retired version
+    /// whose scope (and type) is unknown.
     pub(crate) scope: u32,
     /// [`version_tag`] of the version string in the low 16 bits; without the overflow bit, the
     /// source number in the high 16.
@@ -141,7 +151,8 @@ impl Default for VersionEntry {
 pub(crate) enum VersionState {
     /// Its whole record, content included.
     Stored,
-    /// Compaction reclaimed its content; its (id, version, hash) is remembered in a retired record.
+    /// Compaction reclaimed its content; its (id, version, hash) is remembered in a retired record,
+    /// and the index keeps its type and scope numbers (unless they are unknown: [`SCOPE_UNKNOWN`]).
     Retired,
     /// Compaction dropped it entirely (a deleted history); the slot is unused.
     Forgotten,
@@ -277,6 +288,12 @@ impl VersionEntry {
     /// Whether the version's record, content included, is stored.
     pub(crate) fn is_stored(&self) -> bool {
         self.state() == VersionState::Stored
+    }
+
+    /// Whether the version's type and scope numbers are known: always but for a retired version
+    /// replayed from a record of segment format 1 or 2 ([`SCOPE_UNKNOWN`]).
+    pub(crate) fn kind_and_scope_known(&self) -> bool {
+        self.scope != SCOPE_UNKNOWN
     }
 
     /// Whether a view at `seq` sees this version, when its end is in the entry (`None` when it is

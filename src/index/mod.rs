@@ -42,7 +42,8 @@ use crate::log::segment::Segment;
 pub(crate) use apply::PurgeCursor;
 pub(crate) use chunks::CHUNK;
 pub(crate) use entry::{
-    record_crc_at, version_tag, Location, Rare, VersionEntry, VersionState, NEVER_EXPIRES, NO_SLOT, SEQ_OPEN,
+    record_crc_at, version_tag, Location, Rare, VersionEntry, VersionState, NEVER_EXPIRES, NO_SLOT, SCOPE_UNKNOWN,
+    SEQ_OPEN,
 };
 pub(crate) use ids::IdTable;
 pub(crate) use interner::Interner;
@@ -178,9 +179,10 @@ impl Index {
     }
 
     /// Refuses a replayed record that would take the index past one of its limits, as the writer
-    /// refuses a batch that could ([`Counts::check_room`]); for a put, also one of a type the index
-    /// has no room for (the writer bounds types where they are registered, but a record's type is
-    /// not checked against the registry when it is replayed).
+    /// refuses a batch that could ([`Counts::check_room`]); for a put or a retired record of segment
+    /// format 3 (`kind`: the type it names), also one of a type the index has no room for (the
+    /// writer bounds types where they are registered, but a record's type is not checked against
+    /// the registry when it is replayed).
     pub(crate) fn check_room_to_replay(&self, kind: Option<&str>) -> crate::error::Result<()> {
         self.counts().check_room(1)?;
         match kind {

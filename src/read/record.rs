@@ -334,7 +334,7 @@ pub(crate) fn read_identity(index: &Index, version: &VersionEntry) -> Result<(St
     let record = decode_record(&bytes).map_err(|e| damaged(index, version, e.0))?;
     let (id, found, hash) = match record {
         RecordView::Put(put) => (put.id, put.version, put.hash),
-        RecordView::Retired { id, version, hash } => (id, version, hash),
+        RecordView::Retired { id, version, hash, .. } => (id, version, hash),
         _ => {
             return Err(damaged(
                 index,

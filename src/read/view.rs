@@ -156,8 +156,9 @@ pub(crate) fn scope_writable(scope: &Scope, session: &str) -> bool {
 }
 
 /// Whether a reader restricted to `session` may see a version whose stored scope is `scope`:
-/// `None` is a version whose record compaction reclaimed, which keeps no scope
-/// (docs/FORMAT.md, "Retired-version body"): only a reader without a session sees it.
+/// `None` is a version whose record compaction reclaimed: only a reader without a session sees it,
+/// whatever scope the index keeps for it (a store of segment format 1 or 2 kept none, so the rule
+/// does not depend on it).
 #[inline]
 pub(crate) fn stored_scope_visible(scope: Option<&Scope>, session: Option<&str>) -> bool {
     session.is_none() || scope.is_some_and(|scope| scope_visible(scope, session))
@@ -165,8 +166,9 @@ pub(crate) fn stored_scope_visible(scope: Option<&Scope>, session: Option<&str>)
 
 /// Whether a session view of `session` may add a version over `latest`, an id's latest version in
 /// `index`: if its record is still stored, its scope must be one the session may write
-/// ([`scope_writable`]). A latest version whose record compaction reclaimed holds no content and
-/// keeps no scope: it does not count.
+/// ([`scope_writable`]). A latest version whose record compaction reclaimed holds no content: it
+/// does not count, whatever scope the index keeps for it (a store of segment format 1 or 2 kept
+/// none, so the rule does not depend on it).
 pub(crate) fn may_write_over(index: &Index, latest: &VersionEntry, session: &str) -> bool {
     !latest.is_stored()
         || index

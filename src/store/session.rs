@@ -44,7 +44,7 @@ impl SessionView {
     /// version of an id whose latest version is in such a scope (refused before any version is
     /// compared: no `VersionConflict` or `Unchanged` answer tells another session's hash), and for
     /// a version number already stored in a scope this session may not see, or whose record
-    /// compaction reclaimed (a retired version keeps no scope), whatever its content; otherwise as
+    /// compaction reclaimed (whatever its scope was), whatever its content; otherwise as
     /// [`Store::add`].
     pub fn add<I: IntoIterator<Item = ContextItem>>(&self, items: I) -> Result<Vec<AddOutcome>> {
         self.store.add_checked(items, Some(&self.session))

@@ -305,7 +305,8 @@ pub(super) fn header((seq, committed_at): (u64, i64), body_len: u64) -> [u8; CHE
 /// One version, 72 bytes: seq_created u64, seq_ended u64 (u64::MAX while open), timestamp i64,
 /// expires_at i64 (i64::MAX for never), segment, offset, length, id, generation, version tag (16
 /// bits, the high half zero), scope, source (u32 each), type u16, state u8, a zero byte, and the
-/// record's body CRC (u32).
+/// record's body CRC (u32). A retired version keeps its type and scope there, or, when they are
+/// unknown, the scope `SCOPE_UNKNOWN` (`u32::MAX`) and the type 0.
 fn encode_version(body: &mut impl Sink, index: &Index, version: &VersionEntry) {
     // Built whole on the stack and appended with one copy: a million rows are encoded under the
     // index lock.

@@ -195,6 +195,105 @@ fn an_id_with_no_version_left_loads_with_its_number_and_deletes() {
     assert_eq!(chain, vec![1, 0]);
 }
 
+/// The type name and scope the index keeps for the latest version of `id`, `None` when unknown.
+fn kind_and_scope_of(index: &Index, id: &str) -> Option<(String, crate::item::Scope)> {
+    let (_, latest) = index.versions_of(index.id_number(id)?).next()?;
+    assert!(latest.is_retired(), "{id}");
+    if !latest.kind_and_scope_known() {
+        return None;
+    }
+    let kind = index
+        .kinds
+        .value(u32::from(latest.kind()))
+        .expect("a type number in range");
+    let scope = index.scopes.value(latest.scope).expect("a scope number in range");
+    Some((kind.to_string(), scope.clone()))
+}
+
+#[test]
+fn retired_versions_keep_their_type_and_scope_or_that_they_are_unknown() {
+    use crate::index::SCOPE_UNKNOWN;
+    use crate::item::Scope;
+    use crate::log::record::ScopeView;
+    let mut index = Index::default();
+    // Retired by compaction while the store is open: the put's type and scope stay.
+    let mut put = crate::index::tests::put("compacted", "1", 10);
+    (put.kind, put.scope) = ("note", ScopeView::Session("s1"));
+    index.apply_put(1, &put, HERE);
+    assert!(index.retire(0, HERE));
+    index.unlink_from_sets(0);
+    index.purge_sets();
+    // Replayed from a retired record of format 3, and of format 1 or 2.
+    index.apply_retired(
+        2,
+        "replayed",
+        "1",
+        Some(("tool_result", ScopeView::GlobalReadonly)),
+        HERE,
+    );
+    index.apply_retired(3, "old", "1", None, HERE);
+    index.apply_put(4, &crate::index::tests::put("stored", "1", 10), HERE);
+    index.seq = 4;
+    let expected = [
+        ("compacted", Some(("note".to_owned(), Scope::Session("s1".into())))),
+        ("replayed", Some(("tool_result".to_owned(), Scope::GlobalReadonly))),
+        ("old", None),
+    ];
+    for (id, want) in &expected {
+        assert_eq!(&kind_and_scope_of(&index, id), want, "{id} before the checkpoint");
+    }
+    let marks = [SegmentMark {
+        number: 1,
+        rewrites: 0,
+        len: 1000,
+    }];
+    let body = encode_body(&index, &marks);
+    let loaded = decode(&seal((4, 0), &body)).expect("intact").index;
+    for (id, want) in &expected {
+        assert_eq!(&kind_and_scope_of(&loaded, id), want, "{id} from the checkpoint");
+    }
+    assert_eq!(loaded.live_ids, 1, "retired versions are not live");
+
+    // The rows of "old" and "replayed" (created at 3 and 2, open, timestamp 0, never expiring):
+    // a retired row's type and scope must be in their tables, or be the unknown ones.
+    let row_of = |seq: u64| -> Vec<u8> {
+        [
+            seq.to_le_bytes(),
+            u64::MAX.to_le_bytes(),
+            0u64.to_le_bytes(),
+            i64::MAX.to_le_bytes(),
+        ]
+        .concat()
+    };
+    let at = |body: &[u8], seq: u64| {
+        let row = row_of(seq);
+        body.windows(row.len())
+            .position(|w| w == row.as_slice())
+            .expect("the row")
+    };
+    let old = at(&body, 3);
+    assert_eq!(
+        body[old + 56..old + 60],
+        SCOPE_UNKNOWN.to_le_bytes(),
+        "the unknown scope"
+    );
+    assert_eq!(body[old + 64..old + 66], [0, 0], "type 0");
+    let replayed = at(&body, 2);
+    let scopes = u32::try_from(index.scopes.len()).expect("a few scopes");
+    let kinds = u16::try_from(index.kinds.len()).expect("a few types");
+    for (row, offset, forged) in [
+        (old, 64, 1u16.to_le_bytes().to_vec()),
+        (replayed, 56, scopes.to_le_bytes().to_vec()),
+        (replayed, 56, (SCOPE_UNKNOWN - 1).to_le_bytes().to_vec()),
+        (replayed, 64, kinds.to_le_bytes().to_vec()),
+    ] {
+        let mut bad = body.clone();
+        bad[row + offset..row + offset + forged.len()].copy_from_slice(&forged);
+        let why = decode(&seal((4, 0), &bad)).err().expect("a number out of range");
+        assert!(why.contains("table number is out of range"), "{why}");
+    }
+}
+
 fn replace(body: &mut [u8], from: &[u8], to: &[u8]) {
     let at = body
         .windows(from.len())

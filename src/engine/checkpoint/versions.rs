@@ -2,7 +2,7 @@
 //! turned into index entries, a chunk at a time on two threads; the chunks put in slot order with
 //! their overflow table; and the ordered sets derived from the time set.
 
-use crate::index::{KeySet, Location, Rare, VersionEntry, VersionState, VersionTable, CHUNK, SEQ_OPEN};
+use crate::index::{KeySet, Location, Rare, VersionEntry, VersionState, VersionTable, CHUNK, SCOPE_UNKNOWN, SEQ_OPEN};
 use crate::num::usize_from_u32;
 
 use super::{STATE_RETIRED, STATE_STORED, VERSION_BYTES};
@@ -67,13 +67,18 @@ fn decode_version(
     if !(0..=crate::limits::TIMESTAMP_MAX).contains(&timestamp) {
         return Err(format!("timestamp {timestamp} is out of range"));
     }
-    if state == VersionState::Stored {
-        let (kinds, scopes, sources) = bounds.tables;
-        let tables_hold =
-            usize::from(kind) < kinds && usize_from_u32(scope) < scopes && usize_from_u32(source) < sources;
-        if !tables_hold {
-            return Err("a table number is out of range".into());
+    let (kinds, scopes, sources) = bounds.tables;
+    let tables_hold = match state {
+        VersionState::Stored => {
+            usize::from(kind) < kinds && usize_from_u32(scope) < scopes && usize_from_u32(source) < sources
         }
+        // A retired version keeps its type and scope (its source is not looked at), unless
+        // they are unknown: then its scope is `SCOPE_UNKNOWN` and its type 0.
+        _ if scope == SCOPE_UNKNOWN => kind == 0,
+        _ => usize::from(kind) < kinds && usize_from_u32(scope) < scopes,
+    };
+    if !tables_hold {
+        return Err("a table number is out of range".into());
     }
     if segment.0 != location.segment {
         *segment = bounds

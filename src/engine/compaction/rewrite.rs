@@ -262,7 +262,7 @@ impl FrameCopy<'_> {
                     let RecordView::Put(put) = record.decode().map_err(|e| e.0)? else {
                         return Err("a put record decoded as another kind".to_owned());
                     };
-                    let at = encoder.retired(put.id, put.version, &put.hash);
+                    let at = encoder.retired(put.id, put.version, &put.hash, put.kind, put.scope);
                     placed.push((at, encoder.len() - at, Some((slot, Some(reason)))));
                     altered = true;
                 }

@@ -8,7 +8,7 @@ use crate::index::{FastMap, Index};
 use crate::item::{format_hash, Scope, TypeRegistry, TypeSpec};
 use crate::limits::{check_room, TYPES_MAX};
 use crate::log::put::ValidItem;
-use crate::log::record::BatchEncoder;
+use crate::log::record::{BatchEncoder, ScopeView};
 use crate::read::view::{may_write_over, scope_writable, stored_scope_visible};
 
 use super::{Command, EncodedBatch, Group, Op, OpOutcome, RecordSpan, Staged, Writer};
@@ -28,8 +28,18 @@ struct Overlay {
 struct PendingId {
     /// Deleted in this group: the index's history of the id no longer counts.
     reset: bool,
-    /// Each version added: its version string, content hash and scope.
-    versions: Vec<(String, [u8; 32], Scope)>,
+    /// Each version added, oldest first.
+    versions: Vec<PendingVersion>,
+}
+
+/// A version added by a batch of the group: what the later operations check against it, and what a
+/// delete of it records.
+#[derive(Clone)]
+struct PendingVersion {
+    version: String,
+    hash: [u8; 32],
+    scope: Scope,
+    kind: String,
 }
 
 impl Overlay {
@@ -217,15 +227,15 @@ impl<'a> BatchPlan<'a> {
         }
         match existing_hash(index, group, &self.batch, &item.id, &item.version, session, unknown)? {
             // A session compares only versions it may see: a version in another session's
-            // scope, or one whose record compaction reclaimed (its scope is not kept), is
-            // refused alike, so that neither a `VersionConflict` (the stored hash) nor an
-            // `Unchanged` (a guessed content confirmed) tells the session about it.
+            // scope, or one whose record compaction reclaimed (whatever its scope), is refused
+            // alike, so that neither a `VersionConflict` (the stored hash) nor an `Unchanged` (a
+            // guessed content confirmed) tells the session about it.
             Some((_, false)) => {
                 return Err(Error::PermissionDenied {
                     reason: format!(
                         "session {:?} may not add version {:?} of id {:?}: that version was added \
                          before, and is in a scope this session may not see, or its content was \
-                         reclaimed by compaction (which keeps no scope to check)",
+                         reclaimed by compaction",
                         session.unwrap_or_default(),
                         item.version,
                         item.id
@@ -249,11 +259,17 @@ impl<'a> BatchPlan<'a> {
             None => {}
         }
         if self.tracked {
-            self.batch.ids.entry(item.id.clone()).or_default().versions.push((
-                item.version.clone(),
-                valid.hash,
-                item.scope.clone(),
-            ));
+            self.batch
+                .ids
+                .entry(item.id.clone())
+                .or_default()
+                .versions
+                .push(PendingVersion {
+                    version: item.version.clone(),
+                    hash: valid.hash,
+                    scope: item.scope.clone(),
+                    kind: item.kind.clone(),
+                });
         }
         let start = self.encoder.push_encoded(&valid.record);
         self.records.push(RecordSpan::since(position, start, &self.encoder));
@@ -263,12 +279,14 @@ impl<'a> BatchPlan<'a> {
     }
 
     /// Operation `position`, a delete of `id`: a record only if the id has a history to end, with
-    /// the scope of the version it ends.
+    /// the type and scope of the version it ends.
     fn delete(&mut self, position: usize, id: &str) {
-        let ended = latest_scope(self.index, self.group, &self.batch, id);
+        let ended = latest_kind_and_scope(self.index, self.group, &self.batch, id);
         let existed = ended.is_some();
-        if let Some(scope) = ended {
-            let start = self.encoder.delete(id, scope.as_ref());
+        if let Some(ended) = ended {
+            let start = self
+                .encoder
+                .delete(id, ended.map(|(kind, scope)| (kind, ScopeView::from(scope))));
             self.records.push(RecordSpan::since(position, start, &self.encoder));
         }
         let pending = self.batch.ids.entry(id.to_owned()).or_default();
@@ -378,10 +396,10 @@ fn distinct_put_ids(ops: &[Op]) -> bool {
 
 /// The hash of version `version` of id `id` (in this batch, the group's earlier batches, or the
 /// index, since the id's last delete), if there is one, and whether a view of `session` may see
-/// that version: always without a session; with one, when the version's scope is the session's
-/// own or a global one. A version whose record compaction reclaimed keeps no scope
-/// (docs/FORMAT.md, "Retired-version body"): no session may see it. `unknown`: the index is known
-/// not to know the id, and is not looked at.
+/// that version: always without a session; with one, when its record is stored and its scope is
+/// the session's own or a global one. No session may see a version whose record compaction
+/// reclaimed, whatever its scope (the index may keep it, or not know it). `unknown`: the index is
+/// known not to know the id, and is not looked at.
 fn existing_hash(
     index: &Index,
     group: &Overlay,
@@ -394,8 +412,8 @@ fn existing_hash(
     let visible = |scope: Option<&Scope>| stored_scope_visible(scope, session);
     for overlay in [batch, group] {
         if let Some(pending) = overlay.ids.get(id) {
-            if let Some((_, hash, scope)) = pending.versions.iter().find(|(v, _, _)| v == version) {
-                return Ok(Some((*hash, visible(Some(scope)))));
+            if let Some(found) = pending.versions.iter().find(|v| v.version == version) {
+                return Ok(Some((found.hash, visible(Some(&found.scope)))));
             }
             if pending.reset {
                 return Ok(None);
@@ -427,15 +445,15 @@ fn existing_hash(
 /// record is still stored, is in a scope the session may write (its own or `GlobalWritable`).
 /// Otherwise a session could replace a `GlobalReadonly` item for every reader, or another session's
 /// item under that session's own id, and comparing its version with the stored ones would tell it
-/// their hashes. A latest version whose record compaction reclaimed (expired) holds no content and
-/// keeps no scope (docs/FORMAT.md: a retired version's scope is not stored): it does not count.
-/// `unknown`: the index is known not to know the id, and is not looked at.
+/// their hashes. A latest version whose record compaction reclaimed (expired) holds no content: it
+/// does not count, whatever its scope ([`may_write_over`]). `unknown`: the index is known not to
+/// know the id, and is not looked at.
 fn session_may_write(index: &Index, group: &Overlay, batch: &Overlay, id: &str, session: &str, unknown: bool) -> bool {
     let writable = |scope: &Scope| scope_writable(scope, session);
     for overlay in [batch, group] {
         if let Some(pending) = overlay.ids.get(id) {
-            if let Some((_, _, scope)) = pending.versions.last() {
-                return writable(scope);
+            if let Some(latest) = pending.versions.last() {
+                return writable(&latest.scope);
             }
             if pending.reset {
                 return true;
@@ -461,14 +479,20 @@ fn is_pinned(index: &Index, group: &Overlay, batch: &Overlay, name: &str) -> boo
         .unwrap_or_else(|| index.pins.contains_key(name))
 }
 
-/// The latest version of `id` (in this batch, the group's earlier batches, or the index, since the
-/// id's last delete), if the id has a history: `Some` with the version's scope, or with `None` when
-/// its record was reclaimed by compaction (a retired version keeps no scope).
-fn latest_scope(index: &Index, group: &Overlay, batch: &Overlay, id: &str) -> Option<Option<Scope>> {
+/// The type and scope of the latest version of `id` (in this batch, the group's earlier batches,
+/// or the index, since the id's last delete, retired versions included), if the id has a history:
+/// `Some` with them, or with `None` when they are unknown (a version retired by a record of segment
+/// format 1 or 2, which keeps neither, and replayed from it).
+fn latest_kind_and_scope<'a>(
+    index: &'a Index,
+    group: &'a Overlay,
+    batch: &'a Overlay,
+    id: &str,
+) -> Option<Option<(&'a str, &'a Scope)>> {
     for overlay in [batch, group] {
         if let Some(pending) = overlay.ids.get(id) {
-            if let Some((_, _, scope)) = pending.versions.last() {
-                return Some(Some(scope.clone()));
+            if let Some(latest) = pending.versions.last() {
+                return Some(Some((latest.kind.as_str(), &latest.scope)));
             }
             if pending.reset {
                 return None;
@@ -476,11 +500,15 @@ fn latest_scope(index: &Index, group: &Overlay, batch: &Overlay, id: &str) -> Op
         }
     }
     let latest = index.current_history(id).next()?;
-    Some(if latest.is_stored() {
-        index.scopes.value(latest.scope).cloned()
-    } else {
-        None
-    })
+    if !latest.kind_and_scope_known() {
+        return Some(None);
+    }
+    // The index interned both numbers when it took the version in (checkpoints check them).
+    let kind = index.kinds.value(u32::from(latest.kind()));
+    Some(
+        kind.zip(index.scopes.value(latest.scope))
+            .map(|(kind, scope)| (&**kind, scope)),
+    )
 }
 
 #[cfg(test)]
@@ -489,6 +517,7 @@ mod tests {
     use crate::item::ContextItem;
     use crate::limits::CONTENT_BYTES_DEFAULT;
     use crate::log::put::validate_item;
+    use crate::log::record::RECORD_HEADER_BYTES;
 
     fn put(id: &str, version: &str, text: &str) -> Op {
         scoped_put(id, version, text, Scope::GlobalWritable)
@@ -628,6 +657,102 @@ mod tests {
         assert_eq!(answers[5], Ok(vec![Unchanged]));
         let conflict = answers[6].as_ref().expect_err("conflict");
         assert!(conflict.contains("version conflict"), "{conflict}");
+    }
+
+    /// The deletes a planned batch encodes, in order.
+    fn deletes_of(plan: &Plan) -> Vec<(String, Option<Scope>, Option<String>, usize)> {
+        let (frame, _) = plan.2.as_ref().expect("a frame");
+        let payload = &frame[crate::log::record::FRAME_HEADER_BYTES..];
+        crate::log::record::decode_batch(payload)
+            .expect("a frame that decodes")
+            .into_iter()
+            .filter_map(|(_, len, record)| match record {
+                crate::log::record::RecordView::Delete { id, scope, kind } => Some((
+                    id.to_owned(),
+                    scope.map(ScopeView::to_scope),
+                    kind.map(str::to_owned),
+                    len,
+                )),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_delete_names_the_type_and_scope_of_the_version_it_ends_retired_or_not() {
+        use crate::index::tests::put as put_view;
+        let here = crate::index::Location::default();
+        let mut index = Index::default();
+        // Stored; retired by compaction while the store is open; replayed from a retired record
+        // of segment format 3; and of format 1 or 2, which keeps no type and scope.
+        let mut stored = put_view("stored", "1", 10);
+        (stored.kind, stored.scope) = ("note", ScopeView::Session("s1"));
+        index.apply_put(1, &stored, here);
+        let mut compacted = put_view("compacted", "1", 10);
+        (compacted.kind, compacted.scope) = ("tool_result", ScopeView::GlobalReadonly);
+        index.apply_put(2, &compacted, here);
+        assert!(index.retire(1, here));
+        index.apply_retired(
+            3,
+            "replayed",
+            "1",
+            Some(("user_profile", ScopeView::Session("s2"))),
+            here,
+        );
+        index.apply_retired(4, "old", "1", None, here);
+        let registry = TypeRegistry::default();
+        let delete = |id: &str| Op::Delete(id.into());
+        let first = vec![
+            delete("stored"),
+            delete("compacted"),
+            delete("replayed"),
+            delete("old"),
+            // Added by this batch, then deleted: the type and scope it was added with.
+            scoped_put("fresh", "1", "x", Scope::Session("s3".into())),
+            delete("fresh"),
+            delete("never"),
+            delete("old"),
+            put("group", "1", "x"),
+        ];
+        let planned = plan(&index, &registry, &Overlay::default(), &first, false, None).expect("planned");
+        let long = |id: &str| RECORD_HEADER_BYTES + 1 + id.len() + 3;
+        let named = |id: &str, scope: Scope, kind: &str| {
+            let len = long(id) + scope.session_id().map_or(0, str::len) + kind.len();
+            (id.to_owned(), Some(scope), Some(kind.to_owned()), len)
+        };
+        assert_eq!(
+            deletes_of(&planned),
+            vec![
+                named("stored", Scope::Session("s1".into()), "note"),
+                named("compacted", Scope::GlobalReadonly, "tool_result"),
+                named("replayed", Scope::Session("s2".into()), "user_profile"),
+                // The scope byte "unknown", an empty session id and type.
+                ("old".to_owned(), None, None, long("old")),
+                named("fresh", Scope::Session("s3".into()), "document_chunk"),
+            ]
+        );
+        use OpOutcome::*;
+        assert_eq!(
+            planned.0[..8],
+            [
+                Deleted(true),
+                Deleted(true),
+                Deleted(true),
+                Deleted(true),
+                Added { seq: 0 },
+                Deleted(true),
+                Deleted(false),
+                Deleted(false)
+            ]
+        );
+        // A later batch of the group deletes what an earlier one added.
+        let mut group = Overlay::default();
+        group.merge(planned.1);
+        let later = plan(&index, &registry, &group, &[delete("group")], false, None).expect("planned");
+        assert_eq!(
+            deletes_of(&later),
+            vec![named("group", Scope::GlobalWritable, "document_chunk")]
+        );
     }
 
     #[test]

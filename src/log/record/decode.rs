@@ -6,7 +6,7 @@ use crate::num;
 use super::cursor::Cursor;
 use super::kinds::{
     PutView, RecordTag, RecordView, ScopeTag, ScopeView, FLAG_CONFIDENCE, FLAG_LZ4, FLAG_TTL, MARK_ALTERED,
-    SYNC_MARK_V2_BYTES, SYNC_MARK_V3_BYTES,
+    SCOPE_UNKNOWN, SYNC_MARK_V2_BYTES, SYNC_MARK_V3_BYTES,
 };
 use super::{bad, DecodeError, RECORD_HEADER_BYTES};
 
@@ -117,17 +117,7 @@ fn decode_body(tag: u8, body: &[u8]) -> Result<RecordView<'_>, DecodeError> {
     let mut c = Cursor::new(body);
     let record = match RecordTag::try_from(tag)? {
         RecordTag::Put => RecordView::Put(decode_put(&mut c)?),
-        RecordTag::Delete => {
-            let id_len = usize::from(c.u8("id length")?);
-            let id = c.str(id_len, "id")?;
-            // Formats 1 and 2 end after the id; format 3 adds the scope of the version it ended.
-            let scope = if c.is_empty() {
-                None
-            } else {
-                Some(decode_scope(&mut c)?)
-            };
-            RecordView::Delete { id, scope }
-        }
+        RecordTag::Delete => decode_delete(&mut c)?,
         RecordTag::RegisterType => {
             let name_len = usize::from(c.u8("type length")?);
             let name = c.str(name_len, "type")?;
@@ -147,7 +137,21 @@ fn decode_body(tag: u8, body: &[u8]) -> Result<RecordView<'_>, DecodeError> {
             let id = c.str(id_len, "id")?;
             let version_len = usize::from(c.u8("version length")?);
             let version = c.str(version_len, "version")?;
-            RecordView::Retired { id, version, hash }
+            // Formats 1 and 2 end after the version; format 3 adds the version's type and scope.
+            let (kind, scope) = if c.is_empty() {
+                (None, None)
+            } else {
+                let kind_len = usize::from(c.u8("type length")?);
+                let kind = c.str(kind_len, "type")?;
+                (Some(kind), Some(decode_scope(&mut c)?))
+            };
+            RecordView::Retired {
+                hash,
+                id,
+                version,
+                kind,
+                scope,
+            }
         }
         RecordTag::Pin => {
             let seq = c.u64("seq")?;
@@ -177,6 +181,43 @@ fn decode_body(tag: u8, body: &[u8]) -> Result<RecordView<'_>, DecodeError> {
     Ok(record)
 }
 
+/// The body of a delete record, after its tag: the id, and in format 3 the scope (its byte, then
+/// the session id) and the type of the version it ended, or the scope byte [`SCOPE_UNKNOWN`] with an
+/// empty session id and type when those are unknown.
+fn decode_delete<'a>(c: &mut Cursor<'a>) -> Result<RecordView<'a>, DecodeError> {
+    let id_len = usize::from(c.u8("id length")?);
+    let id = c.str(id_len, "id")?;
+    // Formats 1 and 2 end after the id.
+    if c.is_empty() {
+        return Ok(RecordView::Delete {
+            id,
+            scope: None,
+            kind: None,
+        });
+    }
+    let scope_byte = c.u8("scope")?;
+    let session_len = usize::from(c.u8("session length")?);
+    let session = c.str(session_len, "session_id")?;
+    let kind_len = usize::from(c.u8("type length")?);
+    let kind = c.str(kind_len, "type")?;
+    if scope_byte == SCOPE_UNKNOWN {
+        if !session.is_empty() || !kind.is_empty() {
+            return Err(bad("a delete of an unknown scope names a session or a type"));
+        }
+        return Ok(RecordView::Delete {
+            id,
+            scope: None,
+            kind: None,
+        });
+    }
+    let scope = scope_view(ScopeTag::try_from(scope_byte)?, session)?;
+    Ok(RecordView::Delete {
+        id,
+        scope: Some(scope),
+        kind: Some(kind),
+    })
+}
+
 /// A sync mark's body of `len` bytes: its length tells its format (8 bytes: format 2, 17: format 3).
 fn decode_sync_mark(c: &mut Cursor<'_>, len: usize) -> Result<RecordView<'static>, DecodeError> {
     let synced = c.u64("synced length")?;
@@ -204,8 +245,8 @@ fn decode_sync_mark(c: &mut Cursor<'_>, len: usize) -> Result<RecordView<'static
     }
 }
 
-/// A scope as a put stores it, and as a format 3 delete does: the scope byte, then the session id
-/// (u8 length; empty unless the scope is a session's).
+/// A scope as a put stores it, and as a format 3 retired record does: the scope byte, then the
+/// session id (u8 length; empty unless the scope is a session's).
 fn decode_scope<'a>(c: &mut Cursor<'a>) -> Result<ScopeView<'a>, DecodeError> {
     let scope_tag = ScopeTag::try_from(c.u8("scope")?)?;
     let session_len = usize::from(c.u8("session length")?);

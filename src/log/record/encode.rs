@@ -2,13 +2,13 @@
 //! frame built record by record ([`BatchEncoder`]).
 
 use crate::error::{Error, Result};
-use crate::item::{Scope, TypeSpec};
+use crate::item::TypeSpec;
 use crate::limits::FRAME_PAYLOAD_BYTES_MAX;
 use crate::num;
 
 use super::kinds::{
-    PutRef, RecordTag, ScopeTag, FLAG_CONFIDENCE, FLAG_LZ4, FLAG_TTL, MARK_ALTERED, SYNC_MARK_V2_BYTES,
-    SYNC_MARK_V3_BYTES,
+    PutRef, RecordTag, ScopeTag, ScopeView, FLAG_CONFIDENCE, FLAG_LZ4, FLAG_TTL, MARK_ALTERED, SCOPE_UNKNOWN,
+    SYNC_MARK_V2_BYTES, SYNC_MARK_V3_BYTES,
 };
 use super::{FRAME_HEADER_BYTES, FRAME_KIND_BATCH, RECORD_HEADER_BYTES, SYNC_MARK_AT};
 
@@ -92,12 +92,19 @@ pub(crate) fn encode_put(put: &PutRef<'_>) -> Vec<u8> {
 }
 
 /// A scope's tag and session id (empty for a global scope), as records store them.
-fn scope_parts(scope: &Scope) -> (ScopeTag, &str) {
+fn scope_parts(scope: ScopeView<'_>) -> (ScopeTag, &str) {
     match scope {
-        Scope::Session(id) => (ScopeTag::Session, id.as_str()),
-        Scope::GlobalReadonly => (ScopeTag::GlobalReadonly, ""),
-        Scope::GlobalWritable => (ScopeTag::GlobalWritable, ""),
+        ScopeView::Session(id) => (ScopeTag::Session, id),
+        ScopeView::GlobalReadonly => (ScopeTag::GlobalReadonly, ""),
+        ScopeView::GlobalWritable => (ScopeTag::GlobalWritable, ""),
     }
+}
+
+/// Appends a scope as records store it: its tag, then the session id (u8 length).
+fn put_scope(out: &mut Vec<u8>, scope: ScopeView<'_>) {
+    let (tag, session) = scope_parts(scope);
+    out.push(tag as u8);
+    put_len_prefixed_u8(out, session);
 }
 
 /// The body of a put record.
@@ -111,7 +118,7 @@ fn put_body(out: &mut Vec<u8>, put: &PutRef<'_>) {
     }
     let flags_at = out.len();
     out.push(flags);
-    let (scope_tag, session) = scope_parts(put.scope);
+    let (scope_tag, session) = scope_parts(ScopeView::from(put.scope));
     out.push(scope_tag as u8);
     out.extend_from_slice(&put.timestamp.to_le_bytes());
     out.extend_from_slice(&put.ttl_seconds.unwrap_or(0).to_le_bytes());
@@ -136,8 +143,8 @@ fn put_body(out: &mut Vec<u8>, put: &PutRef<'_>) {
 pub(crate) struct BatchEncoder {
     buf: Vec<u8>,
     count: u32,
-    /// Whether the frame is of segment format 3 (its sync mark 17 bytes, its deletes with a scope)
-    /// or of format 2.
+    /// Whether the frame is of segment format 3 (its sync mark 17 bytes, its deletes and retired
+    /// records with a type and scope) or of format 2.
     format_3: bool,
 }
 
@@ -156,8 +163,8 @@ impl BatchEncoder {
     }
 
     /// Starts a frame for a segment of format `version`, as compaction rewrites it: a format 3
-    /// frame for format 3, otherwise a format 2 frame (8-byte sync mark, deletes without a scope),
-    /// which is also what a rewritten format 1 segment holds.
+    /// frame for format 3, otherwise a format 2 frame (8-byte sync mark, deletes and retired records
+    /// without a type and scope), which is also what a rewritten format 1 segment holds.
     pub(crate) fn for_format(version: u32) -> Self {
         Self::start(0, version >= 3)
     }
@@ -219,18 +226,24 @@ impl BatchEncoder {
         start
     }
 
-    /// Appends a tombstone for `id`, which ends a version in `scope`. A format 3 frame records the
-    /// scope after the id; a format 2 frame, or a scope the store no longer knows (`None`: the
-    /// version's content was reclaimed), gives the id alone.
-    pub(crate) fn delete(&mut self, id: &str, scope: Option<&Scope>) -> usize {
+    /// Appends a tombstone for `id`, which ends a version of type and scope `ended`. A format 3
+    /// frame records the scope and the type after the id, or, when they are unknown (`None`: the
+    /// version was retired by a record of format 1 or 2, which keeps neither), the scope byte
+    /// "unknown" with an empty session id and type; a format 2 frame gives the id alone.
+    pub(crate) fn delete(&mut self, id: &str, ended: Option<(&str, ScopeView<'_>)>) -> usize {
         self.count += 1;
-        let scope = scope.filter(|_| self.format_3);
+        let format_3 = self.format_3;
         push_record(&mut self.buf, RecordTag::Delete, |out| {
             put_len_prefixed_u8(out, id);
-            if let Some(scope) = scope {
-                let (tag, session) = scope_parts(scope);
-                out.push(tag as u8);
-                put_len_prefixed_u8(out, session);
+            if !format_3 {
+                return;
+            }
+            match ended {
+                Some((kind, scope)) => {
+                    put_scope(out, scope);
+                    put_len_prefixed_u8(out, kind);
+                }
+                None => out.extend_from_slice(&[SCOPE_UNKNOWN, 0, 0]),
             }
         })
     }
@@ -250,13 +263,26 @@ impl BatchEncoder {
         })
     }
 
-    /// Appends the record of a version whose content was reclaimed.
-    pub(crate) fn retired(&mut self, id: &str, version: &str, hash: &[u8; 32]) -> usize {
+    /// Appends the record of a version whose content was reclaimed: its identity and hash, and in
+    /// a format 3 frame its type `kind` and its `scope` (a format 2 frame keeps neither).
+    pub(crate) fn retired(
+        &mut self,
+        id: &str,
+        version: &str,
+        hash: &[u8; 32],
+        kind: &str,
+        scope: ScopeView<'_>,
+    ) -> usize {
         self.count += 1;
+        let format_3 = self.format_3;
         push_record(&mut self.buf, RecordTag::Retired, |out| {
             out.extend_from_slice(hash);
             put_len_prefixed_u8(out, id);
             put_len_prefixed_u8(out, version);
+            if format_3 {
+                put_len_prefixed_u8(out, kind);
+                put_scope(out, scope);
+            }
         })
     }
 

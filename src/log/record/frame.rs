@@ -55,31 +55,45 @@ pub(crate) fn frame_sync_mark(payload: &[u8]) -> Option<u64> {
     }
 }
 
-/// Checks that a frame's decoded records are of the format of the segment holding them, `version`:
-/// a frame of format 3 starts with a format 3 sync mark (which has a commit time); a frame of
-/// format 1 or 2 holds none.
+/// Checks that a frame's decoded records (each with its offset and length, header included) are of
+/// the format of the segment holding them, `version`: a frame of format 3 starts with a format 3
+/// sync mark (which has a commit time), and its deletes and retired records have their format 3
+/// bodies (with a type and scope); a frame of format 1 or 2 holds none of these.
 pub(crate) fn check_frame_format(version: u32, records: &[(usize, usize, RecordView<'_>)]) -> Result<(), DecodeError> {
-    let has_time = |record: &RecordView<'_>| {
-        matches!(
-            record,
-            RecordView::SyncMark {
-                committed_at: Some(_),
-                ..
-            }
-        )
-    };
-    if version >= 3 {
-        if !records.first().is_some_and(|(_, _, record)| has_time(record)) {
-            return Err(bad(format!(
-                "a frame of segment format {version} does not start with a sync mark of its format"
-            )));
-        }
-    } else if records.iter().any(|(_, _, record)| has_time(record)) {
+    let format_3 = version >= 3;
+    if format_3 && !records.first().is_some_and(|(_, _, record)| has_time(record)) {
         return Err(bad(format!(
-            "a frame of segment format {version} holds a sync mark of format 3"
+            "a frame of segment format {version} does not start with a sync mark of its format"
         )));
     }
+    for (_, len, record) in records {
+        let (what, of_format_3) = match record {
+            RecordView::SyncMark { .. } if !format_3 => ("sync mark", has_time(record)),
+            // A format 3 delete whose scope is unknown decodes as the old form does: its length
+            // tells them apart (the old body ends after the id).
+            RecordView::Delete { id, .. } => ("delete", *len > RECORD_HEADER_BYTES + 1 + id.len()),
+            RecordView::Retired { kind, .. } => ("retired record", kind.is_some()),
+            _ => continue,
+        };
+        if of_format_3 != format_3 {
+            let of = if of_format_3 { "3" } else { "1 or 2" };
+            return Err(bad(format!(
+                "a frame of segment format {version} holds a {what} of format {of}"
+            )));
+        }
+    }
     Ok(())
+}
+
+/// Whether `record` is a sync mark of format 3 (which has a commit time).
+fn has_time(record: &RecordView<'_>) -> bool {
+    matches!(
+        record,
+        RecordView::SyncMark {
+            committed_at: Some(_),
+            ..
+        }
+    )
 }
 
 /// A frame header as read from disk, before its CRC is checked.

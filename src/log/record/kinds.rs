@@ -16,7 +16,8 @@ pub(crate) enum RecordTag {
     Put = 1,
     Delete = 2,
     RegisterType = 3,
-    /// A version whose content compaction dropped: its identity and hash only.
+    /// A version whose content compaction dropped: its identity and hash (and in segment format 3
+    /// its type and scope).
     Retired = 4,
     Pin = 5,
     Unpin = 6,
@@ -64,6 +65,11 @@ impl TryFrom<u8> for ScopeTag {
         })
     }
 }
+
+/// The scope byte of a format 3 delete whose ended version's type and scope nobody knows any more:
+/// that version was retired by a record of segment format 1 or 2, which keeps neither. Such a
+/// delete's session id and type are empty.
+pub(super) const SCOPE_UNKNOWN: u8 = 3;
 
 /// Bytes of a sync mark's body in segment format 2: `synced`.
 pub(crate) const SYNC_MARK_V2_BYTES: usize = 8;
@@ -298,23 +304,28 @@ impl<'a> PutView<'a> {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum RecordView<'a> {
     Put(PutView<'a>),
-    /// A tombstone: the end of the id's current history. `scope` is the scope of the version it
-    /// ended, as segment format 3 records it; `None` for the body of formats 1 and 2 (the id alone),
-    /// which format 3 also writes when the store no longer knows that scope (the version's content
-    /// was reclaimed by compaction).
+    /// A tombstone: the end of the id's current history. `scope` and `kind` are the scope and type
+    /// of the version it ended, as segment format 3 records them; both `None` for the body of
+    /// formats 1 and 2 (the id alone), and for a format 3 delete whose scope byte says "unknown"
+    /// (the version it ended was retired by a record of format 1 or 2, which keeps neither).
     Delete {
         id: &'a str,
         scope: Option<ScopeView<'a>>,
+        kind: Option<&'a str>,
     },
     RegisterType {
         name: &'a str,
         pattern: Option<&'a str>,
     },
-    /// A version whose content compaction reclaimed: the store still remembers its (id, version, hash).
+    /// A version whose content compaction reclaimed: the store still remembers its (id, version,
+    /// hash), and, in segment format 3, the type and scope of the version (both `None` in the body
+    /// of formats 1 and 2, which ends after the version).
     Retired {
+        hash: [u8; 32],
         id: &'a str,
         version: &'a str,
-        hash: [u8; 32],
+        kind: Option<&'a str>,
+        scope: Option<ScopeView<'a>>,
     },
     /// A pinned snapshot: name, sequence number, clock time, and the session it is restricted to.
     Pin {

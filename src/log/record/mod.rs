@@ -27,9 +27,11 @@
 //! frame's header and sets its sequence number and sync mark. Each looks only at those listed
 //! before it.
 //!
-//! Segment format 3 (docs/FORMAT.md) differs from format 2 in two record bodies: a frame's sync
-//! mark adds the batch's commit time and a flags byte (17 bytes instead of 8), and a delete adds
-//! the scope of the version it ended. Both forms decode, told apart by the body's length.
+//! Segment format 3 (docs/FORMAT.md) differs from format 2 in three record bodies: a frame's sync
+//! mark adds the batch's commit time and a flags byte (17 bytes instead of 8), a delete adds the
+//! scope and type of the version it ended, and a retired record the type and scope of the version
+//! it replaces. Both forms decode, told apart by the body's length, and
+//! [`check_frame_format`] checks that a frame holds those of its segment's format.
 
 mod cursor;
 mod decode;

@@ -93,7 +93,7 @@ fn a_frame_finished_unsealed_is_the_same_frame_once_its_header_is_set() {
     let encoder = || {
         let mut enc = BatchEncoder::new();
         enc.put(&sample_put(&scope, &hash));
-        enc.delete("gone", Some(&scope));
+        enc.delete("gone", Some(("message", ScopeView::from(&scope))));
         enc
     };
     let mut sealed = encoder().finish(5).unwrap();
@@ -147,10 +147,10 @@ fn batch_roundtrips() {
     let hash = [7u8; 32];
     let mut enc = BatchEncoder::new();
     let put_at = enc.put(&sample_put(&scope, &hash));
-    let del_at = enc.delete("old", Some(&scope));
+    let del_at = enc.delete("old", Some(("message", ScopeView::from(&scope))));
     let spec = TypeSpec::new("legal_clause").id_pattern("^cl_");
     enc.register_type(&spec);
-    enc.retired("gone", "7", &[3u8; 32]);
+    enc.retired("gone", "7", &[3u8; 32], "tool_result", ScopeView::GlobalReadonly);
     enc.pin("audit", 41, -5, Some("s1"));
     enc.pin("all", 40, 9, None);
     enc.unpin("audit");
@@ -173,9 +173,11 @@ fn batch_roundtrips() {
     assert_eq!(
         records[3].2,
         RecordView::Retired {
+            hash: [3u8; 32],
             id: "gone",
             version: "7",
-            hash: [3u8; 32]
+            kind: Some("tool_result"),
+            scope: Some(ScopeView::GlobalReadonly),
         }
     );
     assert_eq!(
@@ -221,7 +223,8 @@ fn batch_roundtrips() {
         records[1].2,
         RecordView::Delete {
             id: "old",
-            scope: Some(ScopeView::Session("s1"))
+            scope: Some(ScopeView::Session("s1")),
+            kind: Some("message"),
         }
     );
     assert_eq!(
@@ -254,7 +257,7 @@ fn every_flipped_bit_of_a_frame_is_refused() {
 #[test]
 fn short_frames_are_short() {
     let mut enc = BatchEncoder::new();
-    enc.delete("x", Some(&Scope::GlobalReadonly));
+    enc.delete("x", Some(("message", ScopeView::GlobalReadonly)));
     let frame = enc.finish(9).unwrap();
     for cut in 0..frame.len() {
         assert_eq!(read_frame(&frame[..cut]), Err(FrameError::Short), "cut at {cut}");
@@ -531,53 +534,180 @@ fn deletes_of_both_formats_decode() {
         decode_record(&record_of(2, b"\x04gone")).unwrap(),
         RecordView::Delete {
             id: "gone",
-            scope: None
+            scope: None,
+            kind: None,
         }
     );
-    // Format 3: the id, then the scope of the version it ended, as a put stores it.
-    for (scope, view, body) in [
-        (
-            Scope::Session("s1".into()),
-            ScopeView::Session("s1"),
-            &b"\x04gone\x00\x02s1"[..],
-        ),
-        (
-            Scope::GlobalReadonly,
-            ScopeView::GlobalReadonly,
-            &b"\x04gone\x01\x00"[..],
-        ),
-        (
-            Scope::GlobalWritable,
-            ScopeView::GlobalWritable,
-            &b"\x04gone\x02\x00"[..],
-        ),
+    // Format 3: the id, then the scope of the version it ended, as a put stores it, and its type.
+    for (view, body) in [
+        (ScopeView::Session("s1"), &b"\x04gone\x00\x02s1\x07message"[..]),
+        (ScopeView::GlobalReadonly, &b"\x04gone\x01\x00\x07message"[..]),
+        (ScopeView::GlobalWritable, &b"\x04gone\x02\x00\x07message"[..]),
     ] {
         let expected = RecordView::Delete {
             id: "gone",
             scope: Some(view),
+            kind: Some("message"),
         };
         assert_eq!(decode_record(&record_of(2, body)).unwrap(), expected);
         let mut enc = BatchEncoder::new();
-        let at = enc.delete("gone", Some(&scope));
+        let at = enc.delete("gone", Some(("message", view)));
         let frame = enc.finish(1).unwrap();
-        assert_eq!(&frame[at..], &record_of(2, body)[..], "{scope:?}");
-        // A format 2 frame, or a scope the store no longer knows, gives the id alone.
+        assert_eq!(&frame[at..], &record_of(2, body)[..], "{view:?}");
+        // A format 2 frame gives the id alone.
         let mut enc = BatchEncoder::for_format(2);
-        let at = enc.delete("gone", Some(&scope));
+        let at = enc.delete("gone", Some(("message", view)));
         assert_eq!(&enc.finish(1).unwrap()[at..], &record_of(2, b"\x04gone")[..]);
     }
+    // Format 3, the type and scope unknown (the version was retired by a format 1 or 2 record):
+    // scope byte 3, an empty session id and type. It decodes as the old form does.
+    let unknown = &b"\x04gone\x03\x00\x00"[..];
+    assert_eq!(
+        decode_record(&record_of(2, unknown)).unwrap(),
+        RecordView::Delete {
+            id: "gone",
+            scope: None,
+            kind: None,
+        }
+    );
     let mut enc = BatchEncoder::new();
     let at = enc.delete("gone", None);
+    assert_eq!(&enc.finish(1).unwrap()[at..], &record_of(2, unknown)[..]);
+    let mut enc = BatchEncoder::for_format(2);
+    let at = enc.delete("gone", None);
     assert_eq!(&enc.finish(1).unwrap()[at..], &record_of(2, b"\x04gone")[..]);
-    // Refused: an unknown scope, a session id on a global scope, a cut or overlong body.
+    // Refused: an unknown scope tag, a session id on a global scope, a session or a type with the
+    // unknown scope, a cut or overlong body.
     for (body, why) in [
-        (&b"\x04gone\x03\x00"[..], "unknown scope tag 3"),
-        (&b"\x04gone\x01\x02s1"[..], "session id stored on a global scope"),
+        (&b"\x04gone\x04\x00\x00"[..], "unknown scope tag 4"),
+        (
+            &b"\x04gone\x01\x02s1\x07message"[..],
+            "session id stored on a global scope",
+        ),
+        (&b"\x04gone\x03\x02s1\x00"[..], "a delete of an unknown scope"),
+        (&b"\x04gone\x03\x00\x07message"[..], "a delete of an unknown scope"),
         (&b"\x04gone\x00"[..], "session length"),
         (&b"\x04gone\x00\x02s"[..], "session_id"),
-        (&b"\x04gone\x02\x00\x00"[..], "bytes after the end"),
+        (&b"\x04gone\x00\x02s1"[..], "type length"),
+        (&b"\x04gone\x02\x00"[..], "type length"),
+        (&b"\x04gone\x02\x00\x07mess"[..], "type"),
+        (&b"\x04gone\x02\x00\x07message\x00"[..], "bytes after the end"),
+        (&b"\x04gone\x03\x00\x00\x00"[..], "bytes after the end"),
     ] {
         let refused = decode_record(&record_of(2, body)).expect_err(why);
         assert!(refused.0.contains(why), "{body:?}: {refused:?}");
+    }
+}
+
+#[test]
+fn retired_records_of_both_formats_decode() {
+    let hash = [9u8; 32];
+    let body = |tail: &[u8]| {
+        let mut body = hash.to_vec();
+        body.extend_from_slice(b"\x04gone\x017");
+        body.extend_from_slice(tail);
+        body
+    };
+    // Formats 1 and 2: hash, id and version.
+    let old = body(b"");
+    assert_eq!(
+        decode_record(&record_of(4, &old)).unwrap(),
+        RecordView::Retired {
+            hash,
+            id: "gone",
+            version: "7",
+            kind: None,
+            scope: None,
+        }
+    );
+    // Format 3: then the type and the scope of the version it replaces.
+    for (view, tail) in [
+        (ScopeView::Session("s1"), &b"\x07message\x00\x02s1"[..]),
+        (ScopeView::GlobalReadonly, &b"\x07message\x01\x00"[..]),
+        (ScopeView::GlobalWritable, &b"\x07message\x02\x00"[..]),
+    ] {
+        let long = body(tail);
+        assert_eq!(
+            decode_record(&record_of(4, &long)).unwrap(),
+            RecordView::Retired {
+                hash,
+                id: "gone",
+                version: "7",
+                kind: Some("message"),
+                scope: Some(view),
+            }
+        );
+        let mut enc = BatchEncoder::new();
+        let at = enc.retired("gone", "7", &hash, "message", view);
+        assert_eq!(&enc.finish(1).unwrap()[at..], &record_of(4, &long)[..], "{view:?}");
+        // A format 2 frame keeps the old body.
+        let mut enc = BatchEncoder::for_format(2);
+        let at = enc.retired("gone", "7", &hash, "message", view);
+        assert_eq!(&enc.finish(1).unwrap()[at..], &record_of(4, &old)[..], "{view:?}");
+    }
+    // Refused: the unknown scope (only a delete has it), a session id on a global scope, a cut or
+    // overlong body.
+    for (tail, why) in [
+        (&b"\x07message\x03\x00"[..], "unknown scope tag 3"),
+        (&b"\x07message\x02\x02s1"[..], "session id stored on a global scope"),
+        (&b"\x07message"[..], "scope"),
+        (&b"\x07mess"[..], "type"),
+        (&b"\x07message\x00"[..], "session length"),
+        (&b"\x07message\x02\x00\x00"[..], "bytes after the end"),
+    ] {
+        let refused = decode_record(&record_of(4, &body(tail))).expect_err(why);
+        assert!(refused.0.contains(why), "{tail:?}: {refused:?}");
+    }
+}
+
+#[test]
+fn a_frame_holds_deletes_and_retired_records_of_its_segments_format_only() {
+    // The records of a frame of format `version` (its sync mark of that format) after `records`.
+    let frame_of = |version: u32, records: &[Vec<u8>]| {
+        let mut enc = BatchEncoder::for_format(version);
+        for record in records {
+            enc.raw(record);
+        }
+        enc.finish(1).unwrap()
+    };
+    let check = |version: u32, records: &[Vec<u8>]| {
+        let frame = frame_of(version, records);
+        let (_, payload) = read_frame(&frame).unwrap();
+        let decoded = decode_batch(payload).unwrap();
+        check_frame_format(version, &decoded)
+    };
+    let mut retired_v3 = [9u8; 32].to_vec();
+    retired_v3.extend_from_slice(b"\x04gone\x017\x07message\x02\x00");
+    let retired_v2 = retired_v3[..32 + 7].to_vec();
+    let delete_v3 = record_of(2, b"\x04gone\x02\x00\x07message");
+    let delete_unknown = record_of(2, b"\x04gone\x03\x00\x00");
+    let delete_v2 = record_of(2, b"\x04gone");
+    let (retired_v3, retired_v2) = (record_of(4, &retired_v3), record_of(4, &retired_v2));
+    for version in [1, 2, 3] {
+        // The unknown scope is of format 3 too.
+        let (fits, other) = if version == 3 {
+            (
+                vec![&delete_v3, &delete_unknown, &retired_v3],
+                vec![&delete_v2, &retired_v2],
+            )
+        } else {
+            (
+                vec![&delete_v2, &retired_v2],
+                vec![&delete_v3, &delete_unknown, &retired_v3],
+            )
+        };
+        let fits: Vec<Vec<u8>> = fits.into_iter().cloned().collect();
+        check(version, &fits).unwrap_or_else(|e| panic!("format {version}: {e:?}"));
+        for record in other {
+            let mut records = fits.clone();
+            records.push(record.clone());
+            let refused = check(version, &records).expect_err("a record of another format");
+            assert!(
+                refused
+                    .0
+                    .starts_with(&format!("a frame of segment format {version} holds a")),
+                "{refused:?}"
+            );
+        }
     }
 }
