@@ -133,10 +133,11 @@ fn this_build_writes_the_golden_bytes() {
             frame.seq
         );
     }
-    // The delete records the scope of the version it ended: gone was global_writable.
+    // The delete records the scope and type of the version it ended: gone was a global_writable
+    // tool_result.
     let delete = &frames[3].records[1];
     assert_eq!(delete.0, 2);
-    assert_eq!(delete.1, b"\x04gone\x02\x00");
+    assert_eq!(delete.1, b"\x04gone\x02\x00\x0btool_result");
 }
 
 #[test]
@@ -309,9 +310,11 @@ fn checkpoint_v1_fixture_dir() -> PathBuf {
 
 /// The golden batches, then a pin, superseded and expired versions, a batch of two items and a
 /// delete of one of them, a compaction (which seals the active segment and rewrites segment 1 with
-/// retired records, and without the records of deleted histories) and a clean close (a checkpoint).
+/// retired records, and without the records of deleted histories), a delete of tmp1, whose latest
+/// version compaction retired (12, in segment 2), and a clean close (a checkpoint).
 fn write_compacted(dir: &Path) {
-    let store = write_compacted_batches(dir, &Arc::new(ManualClock::new(GOLDEN_CLOCK_START)));
+    let clock = Arc::new(ManualClock::new(GOLDEN_CLOCK_START));
+    let store = write_compacted_batches(dir, &clock);
     let report = store.compact().expect("compact");
     assert_eq!(report.segments_rewritten, 1, "{report:?}");
     assert_eq!(
@@ -319,6 +322,8 @@ fn write_compacted(dir: &Path) {
         "tmp1 (expired) and old@1 (superseded) are retired: {report:?}"
     );
     assert_eq!(report.reclaimed_deleted, 2, "gone and pair-b are left out: {report:?}");
+    assert!(store.delete("tmp1").expect("delete tmp1"));
+    clock.advance(1);
 }
 
 /// The two items of the compacted store's tenth batch; `pair-b` is deleted by the eleventh.
@@ -420,7 +425,7 @@ fn this_build_writes_the_golden_compacted_store_and_checkpoint() {
     let names: Vec<&str> = written.iter().map(|(name, _)| name.as_str()).collect();
     assert_eq!(
         names,
-        ["00000001.seg", "00000002.seg", "checkpoint-00000000000000000011.idx"]
+        ["00000001.seg", "00000002.seg", "checkpoint-00000000000000000012.idx"]
     );
     if std::env::var_os("CTXLOG_BLESS").is_some() {
         let _ = std::fs::remove_dir_all(compacted_fixture_dir());
@@ -474,17 +479,36 @@ fn this_build_writes_the_golden_compacted_store_and_checkpoint() {
             frame.seq
         );
     }
-    // The delete of pair-b records its session scope.
-    assert_eq!(kept[9].records[1], (2, b"\x06pair-b\x00\x02s2".to_vec()));
-    assert_eq!(segment_header(&golden[1].1), (3, 2, 12, 0), "the empty active segment");
+    // The retired records keep the type and scope of the versions they replace, after their hash,
+    // id and version.
+    for (frame, identity) in [
+        (&kept[5], &b"\x04tmp1\x011\x0btool_result\x02\x00"[..]),
+        (&kept[6], &b"\x03old\x011\x07message\x02\x00"[..]),
+    ] {
+        let (tag, body) = &frame.records[1];
+        assert_eq!((*tag, &body[32..]), (4, identity), "frame {}", frame.seq);
+    }
+    // The delete of pair-b records its session scope and its type.
+    assert_eq!(kept[9].records[1], (2, b"\x06pair-b\x00\x02s2\x07message".to_vec()));
+    // The active segment after the compaction: the delete of tmp1, whose version is retired, still
+    // names its scope and type.
+    let active = &golden[1].1;
+    assert_eq!(segment_header(active), (3, 2, 12, 0));
+    let deleted = frames(active);
+    assert_eq!(deleted.iter().map(|f| f.seq).collect::<Vec<_>>(), [12]);
+    assert!(matches!(
+        deleted[0].mark(),
+        Mark::V3 { committed_at, flags: 0, .. } if committed_at == GOLDEN_CLOCK_START + 11
+    ));
+    assert_eq!(deleted[0].records[1], (2, b"\x04tmp1\x02\x00\x0btool_result".to_vec()));
     let checkpoint = &golden[2].1;
     assert_eq!(&checkpoint[0..8], b"CTXLOGCP");
     assert_eq!(u32::from_le_bytes(checkpoint[8..12].try_into().expect("4 bytes")), 7);
-    assert_eq!(u64::from_le_bytes(checkpoint[16..24].try_into().expect("8 bytes")), 11);
+    assert_eq!(u64::from_le_bytes(checkpoint[16..24].try_into().expect("8 bytes")), 12);
     assert_eq!(
         i64::from_le_bytes(checkpoint[24..32].try_into().expect("8 bytes")),
-        GOLDEN_CLOCK_START + 10,
-        "the commit time of batch 11"
+        GOLDEN_CLOCK_START + 11,
+        "the commit time of batch 12"
     );
 }
 
@@ -492,8 +516,8 @@ fn this_build_writes_the_golden_compacted_store_and_checkpoint() {
 fn the_golden_compacted_store_opens_from_its_checkpoint_and_by_full_replay() {
     // (segments from, checkpoint from, the checkpoint seq opening starts from, the store's seq)
     let cases = [
-        (compacted_fixture_dir(), Some(compacted_fixture_dir()), Some(11), 11),
-        (compacted_fixture_dir(), None, None, 11),
+        (compacted_fixture_dir(), Some(compacted_fixture_dir()), Some(12), 12),
+        (compacted_fixture_dir(), None, None, 12),
         // A checkpoint of an older format is refused, never fatal: the whole log is replayed.
         (v2_compacted_fixture_dir(), Some(v2_compacted_fixture_dir()), None, 9),
         (v2_compacted_fixture_dir(), None, None, 9),
@@ -519,7 +543,7 @@ fn the_golden_compacted_store_opens_from_its_checkpoint_and_by_full_replay() {
             assert!(why.contains("is not supported"), "{why}");
         }
         assert_eq!(store.stats().seq, seq);
-        compacted_store_reads_back(&store, seq == 11);
+        compacted_store_reads_back(&store, seq == 12);
     }
 }
 
@@ -539,7 +563,8 @@ fn copy_fixture(fixture: &Path, checkpoint_from: Option<&Path>, dir: &Path) {
     }
 }
 
-/// Checks what the compacted golden store holds (with the pair of the tenth batch if `pair`).
+/// Checks what the compacted golden store holds (with the pair of the tenth batch and the delete of
+/// tmp1 after the compaction if `pair`).
 fn compacted_store_reads_back(store: &Store, pair: bool) {
     assert!(store.verify().expect("verify").is_ok());
     let live = store
@@ -552,7 +577,7 @@ fn compacted_store_reads_back(store: &Store, pair: bool) {
         Resolution::NotFound {
             reference: "tmp1".into()
         },
-        "reclaimed after expiry"
+        "reclaimed after expiry (and deleted after that, with the pair)"
     );
     assert!(matches!(&live[3], Resolution::Found(item) if item.version == "2"));
     assert!(
@@ -784,8 +809,12 @@ fn a_store_of_an_older_format_goes_on_in_a_new_segment_of_format_3() {
                 frame.seq
             );
         }
-        // m1 was a session s1 item: the delete records that scope.
-        assert_eq!(frames[1].records[1], (2, b"\x02m1\x00\x02s1".to_vec()), "{context}");
+        // m1 was a session s1 message: the delete records that scope and type.
+        assert_eq!(
+            frames[1].records[1],
+            (2, b"\x02m1\x00\x02s1\x07message".to_vec()),
+            "{context}"
+        );
 
         // Reopened from the checkpoint of the clean close, then by a full replay: it reads back.
         for replay in [false, true] {
@@ -816,6 +845,161 @@ fn a_store_of_an_older_format_goes_on_in_a_new_segment_of_format_3() {
                 Resolution::NotFound {
                     reference: "gone".into()
                 },
+                "{context}"
+            );
+        }
+    }
+}
+
+/// The records (tag and body) after the sync marks of the frames of the newest segment of the store
+/// in `dir`, from seq `from` on.
+fn newest_records_from(dir: &Path, from: u64) -> Vec<(u8, Vec<u8>)> {
+    let newest = store_files(dir)
+        .into_iter()
+        .filter(|(name, _)| name.ends_with(".seg"))
+        .next_back()
+        .expect("a segment");
+    frames(&newest.1)
+        .into_iter()
+        .filter(|frame| frame.seq >= from)
+        .flat_map(|frame| frame.records.into_iter().skip(1))
+        .collect()
+}
+
+/// Removes the checkpoints of the store in `dir`, so that it opens by replaying its whole log.
+fn remove_checkpoints(dir: &Path) {
+    for (name, _) in store_files(dir) {
+        if name.ends_with(".idx") {
+            std::fs::remove_file(dir.join(name)).expect("remove the checkpoint");
+        }
+    }
+}
+
+#[test]
+fn a_delete_of_an_id_whose_latest_version_is_retired_names_its_type_and_scope() {
+    // tmp1 (a global_writable tool_result) and tmp2 (a user_profile of session s2) expire, and
+    // compaction retires them; each is then deleted in the same store, after a reopen from the
+    // checkpoint of its clean close, or after one by a full replay of its log.
+    for reopen in [None, Some(false), Some(true)] {
+        let context = format!("reopened by replay: {reopen:?}");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let clock = Arc::new(ManualClock::new(GOLDEN_CLOCK_START));
+        let open = || {
+            Options::new()
+                .clock(Arc::clone(&clock) as Arc<dyn ctxlog::Clock>)
+                .auto_compact(false)
+                .open(dir.path())
+                .expect("open")
+        };
+        let store = write_compacted_batches(dir.path(), &clock);
+        let expired = ContextItem::new(
+            "tmp2",
+            "user_profile",
+            json!({"name": "x"}),
+            "crm",
+            1_715_335_200,
+            "1",
+            Scope::Session("s2".into()),
+        )
+        .with_ttl(10);
+        store.add([expired]).expect("tmp2");
+        clock.advance(1);
+        let report = store.compact().expect("compact");
+        assert_eq!(report.reclaimed_expired, 2, "{context}: {report:?}");
+        let store = match reopen {
+            None => store,
+            Some(replay) => {
+                drop(store);
+                if replay {
+                    remove_checkpoints(dir.path());
+                }
+                let store = open();
+                assert_eq!(
+                    store.stats().recovery.checkpoint_seq,
+                    (!replay).then_some(12),
+                    "{context}"
+                );
+                store
+            }
+        };
+        assert!(store.delete("tmp1").expect("delete tmp1"), "{context}");
+        assert!(store.delete("tmp2").expect("delete tmp2"), "{context}");
+        drop(store);
+        assert_eq!(
+            newest_records_from(dir.path(), 13),
+            [
+                (2, b"\x04tmp1\x02\x00\x0btool_result".to_vec()),
+                (2, b"\x04tmp2\x00\x02s2\x0cuser_profile".to_vec()),
+            ],
+            "{context}"
+        );
+        let store = open();
+        assert!(store.verify().expect("verify").is_ok(), "{context}");
+        assert!(
+            !store.delete("tmp1").expect("delete again"),
+            "{context}: no history left"
+        );
+    }
+}
+
+#[test]
+fn a_delete_of_a_version_retired_by_an_older_format_says_its_type_and_scope_are_unknown() {
+    // In the compacted stores of formats 1 and 2, compaction retired tmp1 (expired, its latest
+    // version) with a record that keeps neither its type nor its scope, and old@1 (superseded by
+    // old@2, stored). The store goes on in a segment of format 3, by a full replay, then from the
+    // checkpoint (of format 7) that replay's clean close wrote.
+    for fixture in [v2_compacted_fixture_dir(), checkpoint_v1_fixture_dir()] {
+        for from_checkpoint in [false, true] {
+            let context = format!("{}, from a checkpoint: {from_checkpoint}", fixture.display());
+            let dir = tempfile::tempdir().expect("tempdir");
+            copy_fixture(&fixture, None, dir.path());
+            let open = || {
+                Options::new()
+                    .clock(Arc::new(ManualClock::new(GOLDEN_CLOCK_START + 100)))
+                    .auto_compact(false)
+                    .open(dir.path())
+                    .expect("open")
+            };
+            if from_checkpoint {
+                drop(open());
+            }
+            let store = open();
+            assert_eq!(
+                store.stats().recovery.checkpoint_seq,
+                from_checkpoint.then_some(9),
+                "{context}"
+            );
+            assert!(store.delete("tmp1").expect("delete tmp1"), "{context}");
+            assert!(store.delete("old").expect("delete old"), "{context}");
+            drop(store);
+            assert_eq!(
+                newest_records_from(dir.path(), 10),
+                [
+                    // The scope byte "unknown", an empty session id and type.
+                    (2, b"\x04tmp1\x03\x00\x00".to_vec()),
+                    (2, b"\x03old\x02\x00\x07message".to_vec()),
+                ],
+                "{context}"
+            );
+            let store = open();
+            assert!(store.verify().expect("verify").is_ok(), "{context}");
+            let got = store.resolve(["tmp1", "old", "m1"]).expect("resolve");
+            assert_eq!(
+                got[0],
+                Resolution::NotFound {
+                    reference: "tmp1".into()
+                },
+                "{context}"
+            );
+            assert_eq!(
+                got[1],
+                Resolution::NotFound {
+                    reference: "old".into()
+                },
+                "{context}"
+            );
+            assert!(
+                matches!(&got[2], Resolution::Found(item) if item.version == "v2"),
                 "{context}"
             );
         }
