@@ -47,16 +47,18 @@ v2_compacted1 = read("format-v2-compacted", "00000001.seg")
 v2_compacted2 = read("format-v2-compacted", "00000002.seg")
 compacted1 = read("format-v3-compacted", "00000001.seg")
 compacted2 = read("format-v3-compacted", "00000002.seg")
-checkpoint = read("format-v3-compacted", "checkpoint-00000000000000000011.idx")
+checkpoint = read("format-v3-compacted", "checkpoint-00000000000000000012.idx")
 
 # decode_frame: every frame of the golden stores (format 1 has no sync marks, format 2 has 8-byte
-# ones, format 3 17-byte ones; compaction marks format 3 frames it altered).
+# ones, format 3 17-byte ones; compaction marks format 3 frames it altered; the compacted store's
+# second segment holds the delete of an id whose latest version is retired).
 for store, segment in (
     ("v1", plain),
     ("v2", plain2),
     ("v3", plain3),
     ("v2-compacted", v2_compacted1),
     ("compacted", compacted1),
+    ("compacted-active", compacted2),
 ):
     for i, frame in enumerate(frames(segment)):
         write("decode_frame", f"{store}-frame-{i}", frame)
@@ -73,7 +75,7 @@ write("scan_segment", "compacted-00000001.seg", compacted1)
 write("scan_segment", "compacted-00000002.seg", compacted2)
 
 # decode_checkpoint: the golden checkpoint (of the format this build reads).
-write("decode_checkpoint", "compacted-checkpoint-11.idx", checkpoint)
+write("decode_checkpoint", "compacted-checkpoint-12.idx", checkpoint)
 
 # recovery: a flags byte (bit 0: reseal CRCs), then the files, each starting with its magic.
 write("recovery", "v1", b"\x00" + plain)
@@ -85,7 +87,8 @@ write("recovery", "v3", b"\x00" + plain3)
 write("recovery", "v3-torn-tail", b"\x00" + plain3[:-7])
 write("recovery", "compacted-with-checkpoint", b"\x00" + compacted1 + compacted2 + checkpoint)
 write("recovery", "compacted-no-checkpoint", b"\x01" + compacted1 + compacted2)
-write("recovery", "empty-segment", b"\x00" + compacted2)
+# A segment of its header alone (the compacted store's second one before its first frame).
+write("recovery", "empty-segment", b"\x00" + compacted2[:HEADER])
 
 # item_json: the API's JSON shape, valid and not.
 items = {
