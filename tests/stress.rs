@@ -182,8 +182,8 @@ fn writer(
                     ([AddOutcome::Unchanged { .. }], true) | ([AddOutcome::Added { .. }], false)
                 ) => {}
             // The same version again, through the session view, after compaction reclaimed it
-            // (it had expired): a reclaimed version keeps no scope, so the session may not compare
-            // with it (docs/TESTING.md, "Session isolation"). The store still knows the version.
+            // (it had expired): no session may compare with a reclaimed version, whatever its scope
+            // (docs/TESTING.md, "Session isolation"). The store still knows the version.
             (Err(ctxlog::Error::PermissionDenied { .. }), true) if via_session && expired(&item, clock.now()) => {}
             (outcome, _) => panic!(
                 "writer {w} op {op}: add {id}@{} (again: {unchanged}) gave {outcome:?}",
