@@ -856,8 +856,7 @@ fn a_store_of_an_older_format_goes_on_in_a_new_segment_of_format_3() {
 fn newest_records_from(dir: &Path, from: u64) -> Vec<(u8, Vec<u8>)> {
     let newest = store_files(dir)
         .into_iter()
-        .filter(|(name, _)| name.ends_with(".seg"))
-        .next_back()
+        .rfind(|(name, _)| name.ends_with(".seg"))
         .expect("a segment");
     frames(&newest.1)
         .into_iter()
