@@ -648,8 +648,11 @@ fn a_large_batch_split_over_threads_reports_the_first_bad_position() {
     assert_nothing_written(&store, 0);
 }
 
+/// A store adding with `threads` threads. Its clock stands still: each frame's sync mark records the
+/// second its batch committed (segment format 3), and stores whose bytes are compared must agree on it.
 fn open_with_threads(dir: &std::path::Path, threads: usize) -> Store {
     Options::new()
+        .clock(std::sync::Arc::new(ManualClock::new(1_715_335_300)))
         .add_threads(threads)
         .auto_compact(false)
         .open(dir)
