@@ -55,6 +55,8 @@ enum Op {
         items: Vec<ItemSpec>,
     },
     Delete(&'static str),
+    /// `changes(after)` from an `after` picked between `history_start()` and `last_seq()`.
+    Changes(usize),
     Get {
         view: Option<&'static str>,
         query: QuerySpec,
@@ -175,6 +177,7 @@ fn op() -> impl Strategy<Value = Op> {
         6 => (write_view(), prop::collection::vec(item_spec(), 1..=5))
             .prop_map(|(view, items)| Op::Add { view, items }),
         1 => prop::sample::select(&IDS[..]).prop_map(Op::Delete),
+        1 => any::<usize>().prop_map(Op::Changes),
         3 => (read_view(), query_spec()).prop_map(|(view, query)| Op::Get { view, query }),
         3 => (read_view(), refs()).prop_map(|(view, refs)| Op::Resolve { view, refs }),
         1 => read_view().prop_map(|view| Op::Snapshot { view }),
@@ -232,6 +235,35 @@ fn check_pinned(
     let digest = snapshot.digest().map_err(|e| fail("pinned digest", e))?;
     prop_assert_eq!(digest, pin.view.digest(), "{}: pin {} digest", what, name);
     Ok(snapshot)
+}
+
+/// Checks that `changes(after)` lists exactly the model's changes after `after`, in order.
+fn check_feed(s: &Store, state: &State, after: u64, what: &str) -> Result<(), TestCaseError> {
+    let actual = s
+        .changes(after)
+        .map_err(|e| fail(what, e))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| fail(what, e))?;
+    prop_assert_eq!(actual, state.feed_after(after), "{}", what);
+    Ok(())
+}
+
+/// Checks where the feed starts: 0 until a compaction removed a change, never past the last seq,
+/// refused just below it; and the feed from there on is the model's.
+fn check_feed_start(s: &Store, state: &State, what: &str) -> Result<(), TestCaseError> {
+    let start = s.history_start().map_err(|e| fail(what, e))?;
+    prop_assert!(start <= s.last_seq(), "{}: history_start {} past last_seq {}", what, start, s.last_seq());
+    if start > 0 {
+        let below = s.changes(start - 1).map(|_| ());
+        prop_assert!(
+            matches!(below, Err(Error::HistoryCompacted { oldest_available }) if oldest_available == start),
+            "{}: changes({}) below the start answered {:?}",
+            what,
+            start - 1,
+            below
+        );
+    }
+    check_feed(s, state, start, &format!("{what}: changes from the start {start}"))
 }
 
 fn fail(what: &str, e: Error) -> TestCaseError {
@@ -319,8 +351,19 @@ impl Case {
         match op {
             Op::Add { view, items } => self.add(step, *view, items)?,
             Op::Delete(id) => {
+                let scope = self.state.model.latest_scope(id);
                 let actual = s.delete(id).map_err(|e| fail("delete", e))?;
                 prop_assert_eq!(actual, self.state.model.delete(id), "step {}: delete({})", step, id);
+                if let (true, Some(scope)) = (actual, scope) {
+                    let seq = self.store().last_seq();
+                    self.state.record_delete(id, scope, seq, now);
+                }
+            }
+            Op::Changes(pick) => {
+                let (start, last) = (s.history_start().map_err(|e| fail("history_start", e))?, s.last_seq());
+                let span = usize::try_from(last - start).unwrap_or(usize::MAX).saturating_add(1);
+                let after = start + u64::try_from(pick % span).unwrap_or(0);
+                check_feed(s, &self.state, after, &format!("step {step}: changes({after})"))?;
             }
             Op::Get { view, query } => {
                 let actual = match view {
@@ -412,7 +455,10 @@ impl Case {
             Err(wrong) => return Err(TestCaseError::fail(format!("step {step}: {wrong}"))),
         }
         let expected = self.state.model.add(&items, view, step, denied_at(&actual.answer));
-        prop_assert_eq!(actual.answer, expected, "step {}: add", step);
+        prop_assert_eq!(&actual.answer, &expected, "step {}: add", step);
+        if let (Ok(expects), Some(seq)) = (&expected, actual.batch_seq(0).ok().flatten()) {
+            self.state.record_add(&items, expects, seq, self.clock.now());
+        }
         Ok(())
     }
 
@@ -423,6 +469,7 @@ impl Case {
         drop(self.store.take());
         self.store = Some(open(self.dir.path(), &self.clock)?);
         check_observation(self.store(), &self.state, self.clock.now(), what)?;
+        check_feed_start(self.store(), &self.state, what)?;
         check_verify(self.store(), what)
     }
 
@@ -438,6 +485,7 @@ impl Case {
             report
         );
         check_verify(self.store(), &format!("step {step}: after compact"))?;
+        check_feed_start(self.store(), &self.state, &format!("step {step}: after compact"))?;
         check_no_tmp(self.dir.path(), &format!("step {step}: after compact"))
     }
 
@@ -457,7 +505,8 @@ impl Case {
             names
         );
         let s = open(self.dir.path(), &self.clock)?;
-        check_observation(&s, &self.state, self.clock.now(), "after the final reopen")
+        check_observation(&s, &self.state, self.clock.now(), "after the final reopen")?;
+        check_feed_start(&s, &self.state, "after the final reopen")
     }
 }
 

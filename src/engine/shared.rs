@@ -74,6 +74,8 @@ pub(crate) struct Shared {
     /// `Options::read_threads`, less one. Started by the first call that uses them, joined when
     /// this state goes (the store closed and its last snapshot dropped).
     pub(crate) workers: crate::parallel::Workers,
+    /// Where the change feed starts, kept per rewritten segment.
+    pub(crate) history: crate::engine::history::start::HistoryStart,
 }
 
 /// What is left of a large add's items once it is answered: its operations, with their content
@@ -157,9 +159,26 @@ impl Shared {
             leftovers: Mutex::new(None),
             read_threads,
             workers: crate::parallel::Workers::new(worker_threads),
+            history: crate::engine::history::start::HistoryStart::default(),
         };
         shared.note_checkpoint();
         shared
+    }
+
+    /// The log as the change feed reads it: every segment in number order with its published
+    /// bytes, and the last sequence number, taken together under the index's lock.
+    pub(crate) fn log_parts(&self) -> (Vec<crate::engine::history::feed::LogPart>, u64) {
+        let index = self.read_index();
+        let parts = index
+            .segments
+            .iter()
+            .map(|(number, segment)| crate::engine::history::feed::LogPart {
+                number: *number,
+                segment: Arc::clone(segment),
+                end: segment.published_len(),
+            })
+            .collect();
+        (parts, index.seq)
     }
 
     /// Opens the writer thread's queue: commands sent from now on go to `sender`.

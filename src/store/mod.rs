@@ -4,6 +4,7 @@
 //! own here.
 
 mod add;
+mod history;
 mod options;
 mod outcome;
 mod session;

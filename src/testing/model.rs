@@ -41,7 +41,7 @@ use std::collections::BTreeMap;
 
 use sha2::{Digest, Sha256};
 
-use crate::{canonical_json, ContextItem, Resolution, Scope};
+use crate::{canonical_json, Change, ContextItem, Resolution, Scope};
 
 mod observe;
 mod vocabulary;
@@ -254,6 +254,12 @@ impl Model {
         }
         self.ids = ids;
         Ok(out)
+    }
+
+    /// The scope of `id`'s latest version since its last delete, if it has one.
+    #[must_use]
+    pub fn latest_scope(&self, id: &str) -> Option<Scope> {
+        self.ids.get(id)?.last().map(|latest| latest.item.scope.clone())
     }
 
     /// Deletes `id`: whether it had a history since its last delete.
@@ -492,16 +498,55 @@ pub type PinListing = (String, u64, i64, Option<String>);
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct AlreadyPinned;
 
-/// What survives a reopen: the items and the pins.
+/// What survives a reopen: the items, the pins and the change feed.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct State {
     /// The items.
     pub model: Model,
     /// The pins, by name.
     pub pins: BTreeMap<&'static str, PinModel>,
+    /// Every change committed, in order: what `Store::changes(0)` lists while compaction has
+    /// removed none of them.
+    pub feed: Vec<Change>,
 }
 
 impl State {
+    /// Records the changes of an accepted add of `items`, answered `expects`, committed by the
+    /// batch `seq` at `committed_at`: one `Added` per item added, in the batch's order.
+    pub fn record_add(&mut self, items: &[ContextItem], expects: &[AddExpect], seq: u64, committed_at: i64) {
+        for (item, expect) in items.iter().zip(expects) {
+            if let AddExpect::Added(..) = expect {
+                self.feed.push(Change::Added {
+                    seq,
+                    committed_at,
+                    id: item.id.clone(),
+                    version: item.version.clone(),
+                    hash: hex_sha256(canonical_json(&item.content)),
+                    kind: item.kind.clone(),
+                    scope: item.scope.clone(),
+                    timestamp: item.timestamp,
+                });
+            }
+        }
+    }
+
+    /// Records the delete of `id`, whose latest version was in `scope`, committed by the batch
+    /// `seq` at `committed_at`.
+    pub fn record_delete(&mut self, id: &str, scope: Scope, seq: u64, committed_at: i64) {
+        self.feed.push(Change::Deleted {
+            seq,
+            committed_at,
+            id: id.to_owned(),
+            scope,
+        });
+    }
+
+    /// The changes committed after `after`, as `Store::changes(after)` lists them.
+    #[must_use]
+    pub fn feed_after(&self, after: u64) -> Vec<Change> {
+        self.feed.iter().filter(|change| change.seq() > Some(after)).cloned().collect()
+    }
+
     /// Pins a snapshot of now (the store's seq `seq`, the clock `now`, through a session view if
     /// `session`) under `name` at `step`, unless the name is pinned already.
     pub fn pin(

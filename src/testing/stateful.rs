@@ -86,6 +86,42 @@ impl Candidate {
     }
 }
 
+/// The store's change feed from where it starts: the start, and the changes with their sequence
+/// numbers (checked to increase, each batch's changes together, all past the start) set to 0, as
+/// the model records them.
+fn store_feed(store: &Store, step: usize) -> (u64, Vec<crate::Change>) {
+    let start = match store.history_start() {
+        Ok(start) => start,
+        Err(e) => panic!("step {step}: history_start failed: {e:?}"),
+    };
+    let changes = match store.changes(start).and_then(|changes| changes.collect::<crate::Result<Vec<_>>>()) {
+        Ok(changes) => changes,
+        Err(e) => panic!("step {step}: reading the change feed from {start} failed: {e:?}"),
+    };
+    let mut last = start;
+    let mut out = Vec::with_capacity(changes.len());
+    for mut change in changes {
+        let seq = change.seq().unwrap_or(0);
+        assert!(seq > start && seq >= last, "step {step}: feed seq {seq} after {last} (start {start})");
+        last = seq;
+        if let crate::Change::Added { seq, .. } | crate::Change::Deleted { seq, .. } = &mut change {
+            *seq = 0;
+        }
+        out.push(change);
+    }
+    (start, out)
+}
+
+/// Whether the store's feed (from [`store_feed`]) is what `state` committed: all of it while no
+/// compaction has moved the start, else exactly its last changes.
+fn feed_shows(state: &State, (start, feed): &(u64, Vec<crate::Change>)) -> bool {
+    if *start == 0 {
+        state.feed == *feed
+    } else {
+        state.feed.ends_with(feed)
+    }
+}
+
 fn dedup(candidates: &mut Vec<Candidate>) {
     let mut unique: Vec<Candidate> = Vec::with_capacity(candidates.len());
     for candidate in candidates.drain(..) {
@@ -247,10 +283,11 @@ impl Run {
             Err(e) => panic!("step {}: reading after a power cut failed: {e:?}", self.step),
         };
         let now = self.clock.now();
+        let feed = store_feed(&store, self.step);
         let mut survivors = Vec::new();
         for candidate in &self.worlds {
             for state in &candidate.history {
-                if state.observation(now) == seen {
+                if state.observation(now) == seen && feed_shows(state, &feed) {
                     survivors.push(Candidate {
                         history: vec![state.clone()],
                         snaps: Vec::new(),
@@ -310,7 +347,10 @@ impl Run {
             Err(e) => panic!("step {}: reading {when} failed: {e:?}", self.step),
         };
         let now = self.clock.now();
-        let shows = |candidate: &Candidate| candidate.current().observation(now) == seen;
+        let feed = store_feed(store, self.step);
+        let shows = |candidate: &Candidate| {
+            candidate.current().observation(now) == seen && feed_shows(candidate.current(), &feed)
+        };
         if !self.worlds.iter().any(shows) {
             let expected: Vec<String> = self
                 .worlds
@@ -339,7 +379,15 @@ impl Run {
             Op::Add { view, items } => self.add(*view, items),
             Op::Delete(id) => {
                 let actual = self.store().delete(id);
-                self.settle("delete", actual, true, |c| c.current_mut().model.delete(id));
+                self.settle("delete", actual, true, |c| {
+                    let state = c.current_mut();
+                    let scope = state.model.latest_scope(id);
+                    let deleted = state.model.delete(id);
+                    if let (true, Some(scope)) = (deleted, scope) {
+                        state.record_delete(id, scope, 0, now);
+                    }
+                    deleted
+                });
             }
             Op::Get { view, query } => {
                 let store = self.store();
@@ -422,8 +470,15 @@ impl Run {
             added.answer
         });
         let denied = actual.as_ref().ok().and_then(denied_at);
+        let now = self.clock.now();
         self.settle("add", actual, true, |c| {
-            c.current_mut().model.add(&batch, view, step, denied)
+            let state = c.current_mut();
+            let answer = state.model.add(&batch, view, step, denied);
+            if let Ok(expects) = &answer {
+                // The feed is compared without sequence numbers (see `feed_shows`).
+                state.record_add(&batch, expects, 0, now);
+            }
+            answer
         });
     }
 
@@ -540,6 +595,7 @@ impl Run {
                         candidate.history.push(State {
                             model,
                             pins: base.pins.clone(),
+                            feed: base.feed.clone(),
                         });
                     }
                 }

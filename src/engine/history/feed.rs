@@ -7,9 +7,18 @@ use std::sync::Arc;
 
 use super::change::Change;
 use crate::error::{Error, Result};
-use crate::item::hash::format_hash;
+use crate::item::format_hash;
 use crate::log::record::{decode_batch, read_frame, RecordView, FRAME_HEADER_BYTES};
 use crate::log::segment::{Segment, SEGMENT_HEADER_BYTES};
+
+/// A segment as the feed reads it: its number, the segment, and the bytes of it published when
+/// the reading started.
+#[derive(Clone, Debug)]
+pub(crate) struct LogPart {
+    pub(crate) number: u32,
+    pub(crate) segment: Arc<Segment>,
+    pub(crate) end: u64,
+}
 
 /// Every durable change with a sequence number above a starting point, in sequence order, each
 /// exactly once ([`crate::Store::changes`]). It ends at the store's last sequence number as it was
@@ -21,7 +30,7 @@ use crate::log::segment::{Segment, SEGMENT_HEADER_BYTES};
 pub struct Changes {
     /// The segments from the one holding the first change on, in order, each with the bytes of it
     /// to read (its published length when the iterator was made).
-    segments: VecDeque<(Arc<Segment>, u64)>,
+    segments: VecDeque<LogPart>,
     /// Where the next frame starts in the first segment.
     offset: u64,
     /// Changes at or below this seq are skipped.
@@ -37,11 +46,11 @@ pub struct Changes {
 impl Changes {
     /// The changes after `after`, read from `segments` (every segment of the store in number order,
     /// with the bytes published in each) up to `last`.
-    pub(crate) fn new(segments: Vec<(Arc<Segment>, u64)>, after: u64, last: u64) -> Changes {
+    pub(crate) fn new(segments: Vec<LogPart>, after: u64, last: u64) -> Changes {
         // The first segment to read is the last one that starts at or before the first change.
         let first = segments
             .iter()
-            .rposition(|(segment, _)| segment.base_seq <= after.saturating_add(1))
+            .rposition(|part| part.segment.base_seq <= after.saturating_add(1))
             .unwrap_or(0);
         Changes {
             segments: segments.into_iter().skip(first).collect(),
@@ -56,10 +65,10 @@ impl Changes {
     /// Reads the next frame with changes to deliver into `pending`; `Ok(false)` at the end.
     fn fill(&mut self) -> Result<bool> {
         loop {
-            let Some((segment, end)) = self.segments.front() else {
+            let Some(part) = self.segments.front() else {
                 return Ok(false);
             };
-            let (segment, end) = (Arc::clone(segment), *end);
+            let (segment, end) = (Arc::clone(&part.segment), part.end);
             if self.offset + FRAME_HEADER_BYTES as u64 > end {
                 self.segments.pop_front();
                 self.offset = SEGMENT_HEADER_BYTES as u64;
@@ -81,7 +90,11 @@ impl Changes {
             let bytes = segment.read(at, frame_len)?;
             let (_, payload) = read_frame(&bytes).map_err(|e| corrupt(&segment, at, format!("{e:?}")))?;
             let records = decode_batch(payload).map_err(|e| corrupt(&segment, at, e.0))?;
-            decode_changes(seq, records.into_iter().map(|(_, _, record)| record), &mut self.pending);
+            // Decoded apart, so that a batch that fails half-way delivers none of its changes.
+            let mut batch = VecDeque::new();
+            decode_changes(seq, records.into_iter().map(|(_, _, record)| record), &mut batch)
+                .map_err(|reason| corrupt(&segment, at, reason))?;
+            self.pending = batch;
             if !self.pending.is_empty() {
                 return Ok(true);
             }
@@ -117,7 +130,7 @@ impl Iterator for Changes {
 
 /// The payload length and sequence number of the frame header `head` (checked with the whole frame
 /// when it is read).
-fn frame_len_and_seq(head: &[u8]) -> (u32, u64) {
+pub(crate) fn frame_len_and_seq(head: &[u8]) -> (u32, u64) {
     let mut len = [0u8; 4];
     let mut seq = [0u8; 8];
     if let (Some(l), Some(s)) = (head.get(0..4), head.get(9..17)) {
@@ -136,14 +149,24 @@ fn corrupt(segment: &Segment, offset: u64, reason: String) -> Error {
 }
 
 /// The changes the records of the batch `seq` committed, appended to `out` in the batch's order.
-pub(crate) fn decode_changes<'a>(seq: u64, records: impl Iterator<Item = RecordView<'a>>, out: &mut VecDeque<Change>) {
-    let mut committed_at = 0;
+/// The batch must be of segment format 3 (its sync mark holds the commit time, its deletes their
+/// scope); one that is not is refused, with the reason.
+pub(crate) fn decode_changes<'a>(
+    seq: u64,
+    records: impl Iterator<Item = RecordView<'a>>,
+    out: &mut VecDeque<Change>,
+) -> std::result::Result<(), String> {
+    let mut committed_at = None;
     for record in records {
+        let at = || committed_at.ok_or_else(|| format!("batch {seq} has no commit time (no format-3 sync mark first)"));
         match record {
-            RecordView::SyncMark { committed_at: at, .. } => committed_at = at.unwrap_or(0),
+            RecordView::SyncMark { committed_at: Some(time), .. } => committed_at = Some(time),
+            RecordView::SyncMark { committed_at: None, .. } => {
+                return Err(format!("batch {seq} has a sync mark without a commit time"))
+            }
             RecordView::Put(put) => out.push_back(Change::Added {
                 seq,
-                committed_at,
+                committed_at: at()?,
                 id: put.id.to_owned(),
                 version: put.version.to_owned(),
                 hash: format_hash(&put.hash),
@@ -151,16 +174,20 @@ pub(crate) fn decode_changes<'a>(seq: u64, records: impl Iterator<Item = RecordV
                 scope: put.scope.to_scope(),
                 timestamp: put.timestamp,
             }),
-            RecordView::Delete { id, scope } => out.push_back(Change::Deleted {
+            RecordView::Delete { id, scope: Some(scope) } => out.push_back(Change::Deleted {
                 seq,
-                committed_at,
+                committed_at: at()?,
                 id: id.to_owned(),
-                scope: scope.map_or(crate::item::Scope::GlobalWritable, |scope| scope.to_scope()),
+                scope: scope.to_scope(),
             }),
+            RecordView::Delete { id, scope: None } => {
+                return Err(format!("batch {seq} deletes {id:?} without saying from which scope"))
+            }
             RecordView::RegisterType { .. }
             | RecordView::Retired { .. }
             | RecordView::Pin { .. }
             | RecordView::Unpin { .. } => {}
         }
     }
+    Ok(())
 }

@@ -1,3 +1,6 @@
-//! History: the change feed read from the log, live subscriptions, and the store's past.
+//! History: the change feed read from the log ([`feed`]), where it starts ([`start`]), and the
+//! [`Change`](change::Change) it delivers.
 
 pub(crate) mod change;
+pub(crate) mod feed;
+pub(crate) mod start;
