@@ -134,7 +134,9 @@ fn a_replay_meets_the_live_changes_with_no_gap_and_no_duplicate_while_writers_ru
         .collect();
     start.wait();
     std::thread::sleep(Duration::from_millis(20));
+    let before = store.last_seq();
     let mut subscription = store.subscribe(ChangeFilter::new().after(after)).expect("subscribe");
+    let since = store.last_seq();
     let mut got = Vec::new();
     // Read while the writers go on, across the end of the replay.
     let reading_until = Instant::now() + Duration::from_millis(300);
@@ -151,6 +153,36 @@ fn a_replay_meets_the_live_changes_with_no_gap_and_no_duplicate_while_writers_ru
     let rest = take_exactly(&mut subscription, expected.len() - got.len());
     got.extend(rest);
     assert_eq!(got, expected);
+    // Both sides of the meeting point were crossed: replayed changes and live ones.
+    assert!(got.iter().any(|c| c.seq() <= Some(before)) && got.iter().any(|c| c.seq() > Some(since)));
+}
+
+#[test]
+fn under_periodic_durability_a_change_waits_for_the_sync_that_covers_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = open(dir.path(), Durability::Periodic(Duration::from_secs(3600)));
+    store
+        .add([item("old", "message", "1", Scope::GlobalWritable)])
+        .expect("add");
+    store.flush().expect("flush");
+    let mut live = store.subscribe(ChangeFilter::new()).expect("subscribe");
+    store
+        .add([item("new", "message", "1", Scope::GlobalWritable)])
+        .expect("add");
+    let mut replayed = store.subscribe(ChangeFilter::new().after(0)).expect("subscribe");
+    let first = replayed
+        .recv_timeout(PATIENCE)
+        .expect("recv")
+        .expect("the durable change");
+    assert_eq!(first.id(), Some("old"));
+    // Visible, not durable yet: neither the live nor the replaying subscription delivers it.
+    assert_eq!(live.recv_timeout(Duration::from_millis(100)).expect("recv"), None);
+    assert_eq!(replayed.recv_timeout(Duration::from_millis(100)).expect("recv"), None);
+    assert_eq!(replayed.try_recv().expect("try_recv"), None);
+    store.flush().expect("flush");
+    let expected = feed(&store, 1);
+    assert_eq!(take_exactly(&mut live, 1), expected);
+    assert_eq!(take_exactly(&mut replayed, 1), expected);
 }
 
 #[test]
@@ -313,6 +345,8 @@ fn a_stalled_subscriber_lags_without_slowing_writers_and_resumes_losing_nothing(
         }
     });
     assert!(started.elapsed() < Duration::from_secs(60), "writers were held up");
+    // The dispatcher queues apart from the writers: give it a moment to find the queue full.
+    std::thread::sleep(Duration::from_millis(300));
     // The rest of its batch, then Lagged.
     for _ in 0..2 {
         let change = stalled.try_recv().expect("the rest of the batch").expect("a change");
@@ -412,4 +446,43 @@ fn recv_waits_for_a_change_and_wakes_closed_when_the_store_closes() {
         Options::new().subscription_buffer(0).open(dir.path()),
         Err(Error::Invalid { field, .. }) if field == "subscription_buffer"
     ));
+}
+
+#[test]
+fn a_subscriber_lags_in_its_replay_too_and_resumes_where_it_stopped() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Options::new()
+        .auto_compact(false)
+        .subscription_buffer(5)
+        .open(dir.path())
+        .expect("open");
+    for i in 0..10 {
+        store
+            .add([item(&format!("h{i}"), "message", "1", Scope::GlobalWritable)])
+            .expect("add");
+    }
+    let mut subscription = store.subscribe(ChangeFilter::new().after(0)).expect("subscribe");
+    let read: Vec<Change> = (0..3)
+        .map(|_| subscription.recv().expect("a replayed change"))
+        .collect();
+    assert_eq!(read, feed(&store, 0)[..3]);
+    // Live changes beyond the buffer while the replay is not done: the replay does not count, the
+    // live queue does.
+    for i in 0..6 {
+        store
+            .add([item(&format!("l{i}"), "message", "1", Scope::GlobalWritable)])
+            .expect("add");
+    }
+    // The dispatcher queues apart from the writers: give it a moment to find the queue full.
+    std::thread::sleep(Duration::from_millis(300));
+    let resume_after = match subscription.try_recv() {
+        Err(Error::Lagged { resume_after }) => resume_after,
+        other => panic!("expected Lagged, got {other:?}"),
+    };
+    assert_eq!(resume_after, 3);
+    let mut resumed = store
+        .subscribe(ChangeFilter::new().after(resume_after))
+        .expect("subscribe");
+    let expected = feed(&store, resume_after);
+    assert_eq!(take_exactly(&mut resumed, expected.len()), expected);
 }
