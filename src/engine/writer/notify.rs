@@ -47,7 +47,7 @@ fn live_batch(batch: &Staged) -> Option<LiveBatch> {
                 // The scope the writer planned for the delete is the one its record names.
                 let record = frame.get(span.start..span.start + span.len).unwrap_or_default();
                 let Ok(RecordView::Delete { scope: Some(scope), .. }) = decode_record(record) else {
-                    tracing::error!("the delete record of {id:?} in batch {seq} names no scope");
+                    tracing::warn!("the delete record of {id:?} in batch {seq} names no scope: not delivered live");
                     continue;
                 };
                 changes.push(LiveChange {
