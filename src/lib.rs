@@ -53,6 +53,8 @@ pub use crate::clock::{Clock, ManualClock, SystemClock};
 pub use crate::engine::compaction::CompactionReport;
 pub use crate::engine::history::change::Change;
 pub use crate::engine::history::feed::Changes;
+pub use crate::engine::history::filter::ChangeFilter;
+pub use crate::engine::history::subscription::Subscription;
 pub use crate::engine::recovery::RecoveryStats;
 pub use crate::error::{Error, Result};
 pub use crate::item::{canonical_json, ContextItem, Scope, TypeSpec};

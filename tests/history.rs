@@ -22,7 +22,15 @@ fn open(dir: &Path, clock: &Arc<ManualClock>) -> Store {
 }
 
 fn item(id: &str, version: &str, scope: Scope) -> ContextItem {
-    ContextItem::new(id, "tool_result", json!({"id": id, "v": version}), "tests", NOW, version, scope)
+    ContextItem::new(
+        id,
+        "tool_result",
+        json!({"id": id, "v": version}),
+        "tests",
+        NOW,
+        version,
+        scope,
+    )
 }
 
 fn feed(store: &Store, after: u64) -> Vec<Change> {
@@ -68,13 +76,19 @@ fn the_feed_holds_every_change_in_order_once() {
     assert_eq!((store.last_seq(), store.history_start().unwrap()), (0, 0));
     assert!(feed(&store, 0).is_empty());
 
-    let (a1, b1) = (item("a", "1", Scope::GlobalWritable), item("b", "1", Scope::Session("s1".into())));
+    let (a1, b1) = (
+        item("a", "1", Scope::GlobalWritable),
+        item("b", "1", Scope::Session("s1".into())),
+    );
     let seq1 = seq_of(&store.add([a1.clone(), b1.clone()]).unwrap());
     clock.advance(5);
     let a2 = item("a", "2", Scope::GlobalReadonly);
     let seq2 = seq_of(&store.add([a2.clone()]).unwrap());
     // Adding a stored version again commits nothing.
-    assert!(matches!(store.add([a2.clone()]).unwrap()[0], AddOutcome::Unchanged { .. }));
+    assert!(matches!(
+        store.add([a2.clone()]).unwrap()[0],
+        AddOutcome::Unchanged { .. }
+    ));
     assert_eq!(store.last_seq(), seq2);
     // A type registration and a pin commit batches, but change no item.
     store.register_type(TypeSpec::new("note")).unwrap();
@@ -152,7 +166,9 @@ fn compaction_moves_the_start_past_what_it_removed() {
     let gone = item("gone", "1", Scope::GlobalWritable).with_ttl(10);
     let seq1 = seq_of(&store.add([gone]).unwrap());
     let seq2 = seq_of(&store.add([item("deleted", "1", Scope::GlobalWritable)]).unwrap());
-    let kept: Vec<ContextItem> = (0..20).map(|n| item(&format!("k{n}"), "1", Scope::GlobalWritable)).collect();
+    let kept: Vec<ContextItem> = (0..20)
+        .map(|n| item(&format!("k{n}"), "1", Scope::GlobalWritable))
+        .collect();
     for kept in &kept {
         store.add([kept.clone()]).unwrap();
     }
@@ -162,7 +178,11 @@ fn compaction_moves_the_start_past_what_it_removed() {
 
     clock.advance(60);
     let report = store.compact().unwrap();
-    assert_eq!((report.reclaimed_expired, report.reclaimed_deleted), (1, 1), "{report:?}");
+    assert_eq!(
+        (report.reclaimed_expired, report.reclaimed_deleted),
+        (1, 1),
+        "{report:?}"
+    );
     // The batches whose records were removed are gone from the feed; the rest is as it was.
     let start = store.history_start().unwrap();
     // Exactly past them: the batches after them were not touched.
@@ -175,7 +195,10 @@ fn compaction_moves_the_start_past_what_it_removed() {
     let tail: Vec<Change> = before.iter().filter(|c| c.seq() > Some(start)).cloned().collect();
     assert_eq!(feed(&store, start), tail);
     // The delete itself stays in the feed while its tombstone is kept.
-    assert!(matches!(tail.last(), Some(Change::Deleted { id, .. }) if id == "deleted"), "{tail:?}");
+    assert!(
+        matches!(tail.last(), Some(Change::Deleted { id, .. }) if id == "deleted"),
+        "{tail:?}"
+    );
     // The start is kept across a reopen.
     drop(store);
     let store = open(dir.path(), &clock);

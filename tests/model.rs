@@ -252,7 +252,13 @@ fn check_feed(s: &Store, state: &State, after: u64, what: &str) -> Result<(), Te
 /// refused just below it; and the feed from there on is the model's.
 fn check_feed_start(s: &Store, state: &State, what: &str) -> Result<(), TestCaseError> {
     let start = s.history_start().map_err(|e| fail(what, e))?;
-    prop_assert!(start <= s.last_seq(), "{}: history_start {} past last_seq {}", what, start, s.last_seq());
+    prop_assert!(
+        start <= s.last_seq(),
+        "{}: history_start {} past last_seq {}",
+        what,
+        start,
+        s.last_seq()
+    );
     if start > 0 {
         let below = s.changes(start - 1).map(|_| ());
         prop_assert!(

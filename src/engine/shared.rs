@@ -76,6 +76,8 @@ pub(crate) struct Shared {
     pub(crate) workers: crate::parallel::Workers,
     /// Where the change feed starts, kept per rewritten segment.
     pub(crate) history: crate::engine::history::start::HistoryStart,
+    /// The live subscriptions, and what the writer hands them.
+    pub(crate) hub: Arc<crate::engine::history::hub::Hub>,
 }
 
 /// What is left of a large add's items once it is answered: its operations, with their content
@@ -139,6 +141,7 @@ impl Shared {
         worker_threads: usize,
     ) -> Shared {
         let registry = Arc::new(index.registry.clone());
+        let hub = Arc::new(crate::engine::history::hub::Hub::new(index.seq));
         let shared = Shared {
             dir,
             storage,
@@ -160,6 +163,7 @@ impl Shared {
             read_threads,
             workers: crate::parallel::Workers::new(worker_threads),
             history: crate::engine::history::start::HistoryStart::default(),
+            hub,
         };
         shared.note_checkpoint();
         shared
@@ -169,7 +173,12 @@ impl Shared {
     /// bytes, and the last sequence number, taken together under the index's lock.
     pub(crate) fn log_parts(&self) -> (Vec<crate::engine::history::feed::LogPart>, u64) {
         let index = self.read_index();
-        let parts = index
+        (self.log_parts_of(&index), index.seq)
+    }
+
+    /// [`Shared::log_parts`]'s segments, for a caller that holds the index's lock.
+    pub(crate) fn log_parts_of(&self, index: &Index) -> Vec<crate::engine::history::feed::LogPart> {
+        index
             .segments
             .iter()
             .map(|(number, segment)| crate::engine::history::feed::LogPart {
@@ -177,8 +186,7 @@ impl Shared {
                 segment: Arc::clone(segment),
                 end: segment.published_len(),
             })
-            .collect();
-        (parts, index.seq)
+            .collect()
     }
 
     /// Opens the writer thread's queue: commands sent from now on go to `sender`.

@@ -1,7 +1,12 @@
 //! The store's history: its last sequence number, and the change feed.
 
+use std::sync::{Arc, Condvar, Mutex};
+
 use super::Store;
 use crate::engine::history::feed::Changes;
+use crate::engine::history::filter::ChangeFilter;
+use crate::engine::history::hub::{Queue, Subscriber};
+use crate::engine::history::subscription::Subscription;
 use crate::error::{Error, Result};
 
 impl Store {
@@ -36,7 +41,9 @@ impl Store {
         }
         let start = shared.history.start(&parts, last)?;
         if after < start {
-            return Err(Error::HistoryCompacted { oldest_available: start });
+            return Err(Error::HistoryCompacted {
+                oldest_available: start,
+            });
         }
         Ok(Changes::new(parts, after, last))
     }
@@ -52,5 +59,62 @@ impl Store {
         let shared = &self.inner.shared;
         let (parts, last) = shared.log_parts();
         shared.history.start(&parts, last)
+    }
+
+    /// A live stream of the store's changes that pass `filter`, in sequence order, each once: see
+    /// [`Subscription`]. Without [`ChangeFilter::after`] it delivers the changes committed from
+    /// now on; with `after(seq)`, first every durable change after `seq` (read lazily from the
+    /// log, as [`Store::changes`]), then the live ones, with no gap and no duplicate.
+    ///
+    /// # Errors
+    /// `HistoryCompacted` when `after` is below [`Store::history_start`]; `Invalid` (field
+    /// `after`) when it is past [`Store::last_seq`]; `Closed` if the store is closing; `Io` if the
+    /// subscriptions' thread cannot be started.
+    pub fn subscribe(&self, filter: ChangeFilter) -> Result<Subscription> {
+        self.subscribe_as(filter, None)
+    }
+
+    /// [`Store::subscribe`] for a reader restricted to `session`.
+    pub(super) fn subscribe_as(&self, filter: ChangeFilter, session: Option<Arc<str>>) -> Result<Subscription> {
+        let shared = &self.inner.shared;
+        let after = filter.after;
+        // The replay's end and the live start meet at the seq read under the index's lock: no
+        // batch is published while it is held.
+        let index = shared.read_index();
+        let last = index.seq;
+        let parts = after.map(|_| shared.log_parts_of(&index));
+        let subscriber = Arc::new(Subscriber {
+            filter,
+            session,
+            live_after: last,
+            queue: Mutex::new(Queue::default()),
+            ready: Condvar::new(),
+        });
+        if let Some(after) = after.filter(|after| *after > last) {
+            return Err(Error::invalid(
+                "after",
+                format!("{after} is past the store's last sequence number {last}"),
+            ));
+        }
+        match shared.hub.register(Arc::clone(&subscriber)) {
+            Ok(Some(())) => {}
+            Ok(None) => return Err(Error::Closed),
+            Err(e) => return Err(Error::io("starting the subscriptions' thread", e)),
+        }
+        drop(index);
+        let hub = Arc::clone(&shared.hub);
+        let (Some(after), Some(parts)) = (after, parts) else {
+            return Ok(Subscription::new(hub, subscriber, last));
+        };
+        // Dropped on an error, the subscription unregisters.
+        let mut subscription = Subscription::new(hub, subscriber, after);
+        let start = shared.history.start(&parts, last)?;
+        if after < start {
+            return Err(Error::HistoryCompacted {
+                oldest_available: start,
+            });
+        }
+        subscription.replay(Changes::new(parts, after, last));
+        Ok(subscription)
     }
 }

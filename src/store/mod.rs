@@ -94,6 +94,8 @@ impl Drop for StoreInner {
                 Err(_) => tracing::error!("the writer thread panicked"),
             }
         }
+        // After the writer's last sync: subscribers get what it made durable, then `Closed`.
+        self.shared.hub.close();
     }
 }
 
@@ -151,6 +153,10 @@ impl Store {
             options.read_threads,
             options.add_threads.max(options.read_threads) - 1,
         ));
+        shared.hub.configure(
+            matches!(options.durability, Durability::Periodic(_)),
+            options.subscription_buffer,
+        );
         let handle = start_writer(&shared, recovered.active, (recovered.next_seq, committed_at), &options)?;
         let maintenance = Some(start_maintenance(
             Arc::clone(&shared),

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crate::clock::{Clock, SystemClock};
 use crate::engine::commands::Durability;
+use crate::engine::history::hub::SUBSCRIPTION_BUFFER_DEFAULT;
 use crate::error::{Error, Result};
 use crate::limits::{
     ADD_THREADS_DEFAULT_MAX, ADD_THREADS_MAX, CHECKPOINT_EVERY_BYTES_DEFAULT, CHECKPOINT_EVERY_BYTES_MAX,
@@ -28,6 +29,7 @@ pub struct Options {
     pub(super) add_threads: usize,
     pub(super) read_threads: usize,
     pub(super) checkpoint_every: u64,
+    pub(super) subscription_buffer: usize,
 }
 
 impl std::fmt::Debug for Options {
@@ -43,6 +45,7 @@ impl std::fmt::Debug for Options {
             .field("add_threads", &self.add_threads)
             .field("read_threads", &self.read_threads)
             .field("checkpoint_every", &self.checkpoint_every)
+            .field("subscription_buffer", &self.subscription_buffer)
             .finish()
     }
 }
@@ -60,6 +63,7 @@ impl Default for Options {
             add_threads: std::thread::available_parallelism().map_or(1, |n| n.get().min(ADD_THREADS_DEFAULT_MAX)),
             read_threads: std::thread::available_parallelism().map_or(1, |n| n.get().min(READ_THREADS_DEFAULT_MAX)),
             checkpoint_every: CHECKPOINT_EVERY_BYTES_DEFAULT,
+            subscription_buffer: SUBSCRIPTION_BUFFER_DEFAULT,
         }
     }
 }
@@ -179,6 +183,17 @@ impl Options {
         self
     }
 
+    /// How many live changes a subscriber ([`Store::subscribe`]) may have queued and not received
+    /// before it is lagged ([`Error::Lagged`]; replayed history does not count): the memory a
+    /// subscriber holds is bounded by this many changes. A batch's changes are queued all or none,
+    /// so a batch with more matching changes than this lags its subscriber. Default: 10,000;
+    /// accepted: 1 and above.
+    #[must_use]
+    pub fn subscription_buffer(mut self, changes: usize) -> Self {
+        self.subscription_buffer = changes;
+        self
+    }
+
     /// Opens (creating if needed) the store in directory `path`.
     ///
     /// # Errors
@@ -207,6 +222,7 @@ impl Options {
         )?;
         within("add_threads", self.add_threads, 1, ADD_THREADS_MAX, "")?;
         within("read_threads", self.read_threads, 1, READ_THREADS_MAX, "")?;
+        within("subscription_buffer", self.subscription_buffer, 1, usize::MAX, "")?;
         if let Durability::Periodic(period) = self.durability {
             if period.is_zero() {
                 return Err(Error::invalid("durability", "a Periodic duration must be above zero"));

@@ -3,6 +3,8 @@
 
 use std::sync::Arc;
 
+use crate::engine::history::filter::ChangeFilter;
+use crate::engine::history::subscription::Subscription;
 use crate::error::Result;
 use crate::item::ContextItem;
 use crate::read::answer::{RawItem, RawResolution, Resolution};
@@ -106,5 +108,15 @@ impl SessionView {
     #[must_use]
     pub fn snapshot(&self) -> Snapshot {
         self.store.view(Some(Arc::clone(&self.session)), true)
+    }
+
+    /// As [`Store::subscribe`], with only the changes this session may read: those of its own
+    /// session's scope and of the global scopes, never another session's (in the replayed history
+    /// too).
+    ///
+    /// # Errors
+    /// As [`Store::subscribe`].
+    pub fn subscribe(&self, filter: ChangeFilter) -> Result<Subscription> {
+        self.store.subscribe_as(filter, Some(Arc::clone(&self.session)))
     }
 }

@@ -544,7 +544,11 @@ impl State {
     /// The changes committed after `after`, as `Store::changes(after)` lists them.
     #[must_use]
     pub fn feed_after(&self, after: u64) -> Vec<Change> {
-        self.feed.iter().filter(|change| change.seq() > Some(after)).cloned().collect()
+        self.feed
+            .iter()
+            .filter(|change| change.seq() > Some(after))
+            .cloned()
+            .collect()
     }
 
     /// Pins a snapshot of now (the store's seq `seq`, the clock `now`, through a session view if

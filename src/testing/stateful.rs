@@ -94,7 +94,10 @@ fn store_feed(store: &Store, step: usize) -> (u64, Vec<crate::Change>) {
         Ok(start) => start,
         Err(e) => panic!("step {step}: history_start failed: {e:?}"),
     };
-    let changes = match store.changes(start).and_then(|changes| changes.collect::<crate::Result<Vec<_>>>()) {
+    let changes = match store
+        .changes(start)
+        .and_then(|changes| changes.collect::<crate::Result<Vec<_>>>())
+    {
         Ok(changes) => changes,
         Err(e) => panic!("step {step}: reading the change feed from {start} failed: {e:?}"),
     };
@@ -102,7 +105,10 @@ fn store_feed(store: &Store, step: usize) -> (u64, Vec<crate::Change>) {
     let mut out = Vec::with_capacity(changes.len());
     for mut change in changes {
         let seq = change.seq().unwrap_or(0);
-        assert!(seq > start && seq >= last, "step {step}: feed seq {seq} after {last} (start {start})");
+        assert!(
+            seq > start && seq >= last,
+            "step {step}: feed seq {seq} after {last} (start {start})"
+        );
         last = seq;
         if let crate::Change::Added { seq, .. } | crate::Change::Deleted { seq, .. } = &mut change {
             *seq = 0;

@@ -11,6 +11,9 @@ use crate::item::format_hash;
 use crate::log::record::{decode_batch, read_frame, RecordView, FRAME_HEADER_BYTES};
 use crate::log::segment::{Segment, SEGMENT_HEADER_BYTES};
 
+/// [`FRAME_HEADER_BYTES`] as a read length (a few bytes: it fits).
+pub(crate) const FRAME_HEADER_LEN: u32 = crate::num::low_u32(crate::num::u64_from_usize(FRAME_HEADER_BYTES));
+
 /// A segment as the feed reads it: its number, the segment, and the bytes of it published when
 /// the reading started.
 #[derive(Clone, Debug)]
@@ -74,7 +77,7 @@ impl Changes {
                 self.offset = SEGMENT_HEADER_BYTES as u64;
                 continue;
             }
-            let head = segment.read(self.offset, FRAME_HEADER_BYTES as u32)?;
+            let head = segment.read(self.offset, FRAME_HEADER_LEN)?;
             let (len, seq) = frame_len_and_seq(&head);
             if seq > self.last {
                 self.segments.clear();
@@ -86,7 +89,8 @@ impl Changes {
             if seq <= self.after {
                 continue;
             }
-            let frame_len = u32::try_from(frame_len).map_err(|_| corrupt(&segment, at, "frame length overflow".into()))?;
+            let frame_len =
+                u32::try_from(frame_len).map_err(|_| corrupt(&segment, at, "frame length overflow".into()))?;
             let bytes = segment.read(at, frame_len)?;
             let (_, payload) = read_frame(&bytes).map_err(|e| corrupt(&segment, at, format!("{e:?}")))?;
             let records = decode_batch(payload).map_err(|e| corrupt(&segment, at, e.0))?;
@@ -160,7 +164,10 @@ pub(crate) fn decode_changes<'a>(
     for record in records {
         let at = || committed_at.ok_or_else(|| format!("batch {seq} has no commit time (no format-3 sync mark first)"));
         match record {
-            RecordView::SyncMark { committed_at: Some(time), .. } => committed_at = Some(time),
+            RecordView::SyncMark {
+                committed_at: Some(time),
+                ..
+            } => committed_at = Some(time),
             RecordView::SyncMark { committed_at: None, .. } => {
                 return Err(format!("batch {seq} has a sync mark without a commit time"))
             }

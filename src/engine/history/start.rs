@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 use crate::log::record::{decode_record, RecordView, FRAME_HEADER_BYTES, RECORD_HEADER_BYTES};
 use crate::log::segment::{Segment, SEGMENT_HEADER_BYTES};
 
-use super::feed::{frame_len_and_seq, LogPart};
+use super::feed::{frame_len_and_seq, LogPart, FRAME_HEADER_LEN};
 
 /// The first segment format whose frames hold every change they committed.
 pub(crate) const HISTORY_FORMAT_MIN: u32 = 3;
@@ -36,7 +36,9 @@ impl HistoryStart {
         for (i, part) in segments.iter().enumerate() {
             let segment = &part.segment;
             // The sequence number the next segment starts at, or the next one to be committed.
-            let next_base = segments.get(i + 1).map_or(last.saturating_add(1), |next| next.segment.base_seq);
+            let next_base = segments
+                .get(i + 1)
+                .map_or(last.saturating_add(1), |next| next.segment.base_seq);
             if segment.version < HISTORY_FORMAT_MIN {
                 start = start.max(next_base.saturating_sub(1));
                 continue;
@@ -72,14 +74,16 @@ fn rewritten_cut(segment: &Segment, end: u64, next_base: u64) -> Result<u64> {
     let mut expected = segment.base_seq;
     let mut at = SEGMENT_HEADER_BYTES as u64;
     while at + FRAME_HEADER_BYTES as u64 <= end {
-        let head = segment.read(at, FRAME_HEADER_BYTES as u32)?;
+        let head = segment.read(at, FRAME_HEADER_LEN)?;
         let (len, seq) = frame_len_and_seq(&head);
         if seq > expected {
             cut = cut.max(seq - 1);
         }
         // The frame's first record is its sync mark: read the mark alone.
         let mark_at = at + FRAME_HEADER_BYTES as u64 + 4;
-        let mark_len = (RECORD_HEADER_BYTES + SYNC_MARK_BODY_BYTES_V3) as u32;
+        let mark_len = crate::num::low_u32(crate::num::u64_from_usize(
+            RECORD_HEADER_BYTES + SYNC_MARK_BODY_BYTES_V3,
+        ));
         let mark = segment.read(mark_at, mark_len.min(len.saturating_sub(4)))?;
         match decode_record(&mark) {
             Ok(RecordView::SyncMark { altered, .. }) => {

@@ -13,9 +13,10 @@
 //! This file holds the commands and answers and the thread's loop; the steps of a group are in
 //! [`plan`] (checking and encoding its batches), [`append`] (writing their frames into the active
 //! segment), [`sync`] (its fsync and the helper threads beside it) and [`publish`] (applying it to
-//! the index).
+//! the index); [`notify`] hands a published group's changes to the live subscriptions.
 
 mod append;
+mod notify;
 mod plan;
 mod publish;
 mod sync;
@@ -236,11 +237,15 @@ impl Writer {
                 return;
             }
         };
+        if must_sync {
+            self.note_durable();
+        }
         if applied {
             self.publish_applied(&staged);
         } else {
             self.publish(&staged);
         }
+        self.notify(&staged);
         for batch in staged {
             let _ = batch.reply.send(Ok(Answer {
                 outcomes: batch.outcomes,

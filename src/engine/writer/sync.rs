@@ -136,6 +136,9 @@ impl Writer {
             self.synced_len = self.active.len;
             Ok(())
         });
+        if result.is_ok() {
+            self.note_durable();
+        }
         self.last_sync = Instant::now();
         if let Err(e) = &result {
             self.poisoned = Some(e.to_string());
@@ -168,6 +171,11 @@ impl Writer {
         let (ran, back) = self.sync_beside(std::mem::take(staged), shared, prepare);
         *staged = back;
         ran
+    }
+
+    /// Tells the live subscriptions that every batch written so far is durable.
+    pub(super) fn note_durable(&self) {
+        self.shared.hub.set_durable(self.next_seq.saturating_sub(1));
     }
 
     /// As [`Writer::sync`], with the group's batches applied to the index (unpublished)
