@@ -41,7 +41,8 @@ pub struct Changes {
     /// The store's last sequence number when the iterator was made: nothing past it is read.
     last: u64,
     /// The decoded changes of the frame being delivered.
-    pending: VecDeque<Change>,
+    /// With the type of each delete (which its `Change` does not carry), for filters.
+    pending: VecDeque<(Change, Option<String>)>,
     /// Set once an error was returned: the iterator ends.
     failed: bool,
 }
@@ -106,10 +107,9 @@ impl Changes {
     }
 }
 
-impl Iterator for Changes {
-    type Item = Result<Change>;
-
-    fn next(&mut self) -> Option<Result<Change>> {
+impl Changes {
+    /// The next change, with the type of the version a `Deleted` ended (for a type filter).
+    pub(crate) fn next_with_kind(&mut self) -> Option<Result<(Change, Option<String>)>> {
         loop {
             if let Some(change) = self.pending.pop_front() {
                 return Some(Ok(change));
@@ -129,6 +129,14 @@ impl Iterator for Changes {
                 }
             }
         }
+    }
+}
+
+impl Iterator for Changes {
+    type Item = Result<Change>;
+
+    fn next(&mut self) -> Option<Result<Change>> {
+        self.next_with_kind().map(|next| next.map(|(change, _)| change))
     }
 }
 
@@ -152,13 +160,15 @@ fn corrupt(segment: &Segment, offset: u64, reason: String) -> Error {
     }
 }
 
-/// The changes the records of the batch `seq` committed, appended to `out` in the batch's order.
-/// The batch must be of segment format 3 (its sync mark holds the commit time, its deletes their
-/// scope); one that is not is refused, with the reason.
+/// The changes the records of the batch `seq` committed, appended to `out` in the batch's order,
+/// each `Deleted` with the type of the version it ended. The batch must be of segment format 3 (its
+/// sync mark holds the commit time); one that is not is refused, with the reason. A delete whose
+/// record could not name the version it ended (retired by a build older than format 3, so that
+/// nobody could see it any more) is no change anyone is told of.
 pub(crate) fn decode_changes<'a>(
     seq: u64,
     records: impl Iterator<Item = RecordView<'a>>,
-    out: &mut VecDeque<Change>,
+    out: &mut VecDeque<(Change, Option<String>)>,
 ) -> std::result::Result<(), String> {
     let mut committed_at = None;
     for record in records {
@@ -171,26 +181,34 @@ pub(crate) fn decode_changes<'a>(
             RecordView::SyncMark { committed_at: None, .. } => {
                 return Err(format!("batch {seq} has a sync mark without a commit time"))
             }
-            RecordView::Put(put) => out.push_back(Change::Added {
-                seq,
-                committed_at: at()?,
-                id: put.id.to_owned(),
-                version: put.version.to_owned(),
-                hash: format_hash(&put.hash),
-                kind: put.kind.to_owned(),
-                scope: put.scope.to_scope(),
-                timestamp: put.timestamp,
-            }),
-            RecordView::Delete { id, scope: Some(scope) } => out.push_back(Change::Deleted {
-                seq,
-                committed_at: at()?,
-                id: id.to_owned(),
-                scope: scope.to_scope(),
-            }),
-            RecordView::Delete { id, scope: None } => {
-                return Err(format!("batch {seq} deletes {id:?} without saying from which scope"))
-            }
-            RecordView::RegisterType { .. }
+            RecordView::Put(put) => out.push_back((
+                Change::Added {
+                    seq,
+                    committed_at: at()?,
+                    id: put.id.to_owned(),
+                    version: put.version.to_owned(),
+                    hash: format_hash(&put.hash),
+                    kind: put.kind.to_owned(),
+                    scope: put.scope.to_scope(),
+                    timestamp: put.timestamp,
+                },
+                None,
+            )),
+            RecordView::Delete {
+                id,
+                scope: Some(scope),
+                kind,
+            } => out.push_back((
+                Change::Deleted {
+                    seq,
+                    committed_at: at()?,
+                    id: id.to_owned(),
+                    scope: scope.to_scope(),
+                },
+                kind.map(str::to_owned),
+            )),
+            RecordView::Delete { scope: None, .. }
+            | RecordView::RegisterType { .. }
             | RecordView::Retired { .. }
             | RecordView::Pin { .. }
             | RecordView::Unpin { .. } => {}

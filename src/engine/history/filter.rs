@@ -10,7 +10,8 @@ use crate::read::view::scope_visible;
 /// the durable history after a sequence number.
 ///
 /// Each list left empty lets every change through. `types` is matched against an added item's
-/// type (and an expiry's); `scopes` against the scope of an added item or of a deleted one; `ids`
+/// type, the type of the version a delete ended, and an expired item's type; `scopes` against the
+/// scope of an added item or of a deleted one; `ids`
 /// against the id a change concerns. A `SessionClosed` change passes only a filter that sets none
 /// of the three lists.
 ///

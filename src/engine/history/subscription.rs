@@ -203,12 +203,12 @@ impl Subscription {
         let Some(replay) = self.replay.as_mut() else {
             return Ok(None);
         };
-        for change in replay.by_ref() {
-            let change = change?;
+        while let Some(next) = replay.next_with_kind() {
+            let (change, kind) = next?;
             if self
                 .subscriber
                 .filter
-                .matches(&change, None, self.subscriber.session.as_deref())
+                .matches(&change, kind.as_deref(), self.subscriber.session.as_deref())
             {
                 return Ok(Some(change));
             }

@@ -46,8 +46,14 @@ fn live_batch(batch: &Staged) -> Option<LiveBatch> {
             Some(Op::Delete(id)) => {
                 // The scope the writer planned for the delete is the one its record names.
                 let record = frame.get(span.start..span.start + span.len).unwrap_or_default();
-                let Ok(RecordView::Delete { scope: Some(scope), .. }) = decode_record(record) else {
-                    tracing::warn!("the delete record of {id:?} in batch {seq} names no scope: not delivered live");
+                // A delete that could not name the version it ended (retired by a build older than
+                // format 3) is no change anyone is told of, as in the feed.
+                let Ok(RecordView::Delete {
+                    scope: Some(scope),
+                    kind,
+                    ..
+                }) = decode_record(record)
+                else {
                     continue;
                 };
                 changes.push(LiveChange {
@@ -57,7 +63,7 @@ fn live_batch(batch: &Staged) -> Option<LiveBatch> {
                         id: id.clone(),
                         scope: scope.to_scope(),
                     },
-                    kind: None,
+                    kind: kind.map(str::to_owned),
                 });
             }
             _ => {}
