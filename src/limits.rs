@@ -1,5 +1,5 @@
 //! Every bound ctxlog enforces, in one place, with the relations between them checked at compile time,
-//! and [`check_room`], the check of a count against its bound.
+//! and `check_room`, the check of a count against its bound.
 
 use crate::error::{Error, Result};
 
