@@ -7,6 +7,7 @@ mod common;
 use std::path::Path;
 use std::sync::Arc;
 
+use common::feed;
 use ctxlog::{AddOutcome, Change, ContextItem, Error, ManualClock, Options, Scope, Store, TypeSpec};
 use serde_json::json;
 
@@ -31,14 +32,6 @@ fn item(id: &str, version: &str, scope: Scope) -> ContextItem {
         version,
         scope,
     )
-}
-
-fn feed(store: &Store, after: u64) -> Vec<Change> {
-    store
-        .changes(after)
-        .expect("changes")
-        .collect::<Result<Vec<_>, _>>()
-        .expect("every change reads back")
 }
 
 /// The change an added item makes, as the feed reports it.

@@ -2,11 +2,14 @@
 //! the replayed history and the live changes, filters, session isolation, lag, restarts, and a
 //! blocked `recv` woken by a change or by the store closing.
 
+mod common;
+
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
+use common::feed;
 use ctxlog::{Change, ChangeFilter, ContextItem, Durability, Error, Options, Scope, Store, Subscription};
 use serde_json::json;
 
@@ -25,14 +28,6 @@ fn open(dir: &Path, durability: Durability) -> Store {
 
 fn item(id: &str, kind: &str, version: &str, scope: Scope) -> ContextItem {
     ContextItem::new(id, kind, json!({"id": id, "v": version}), "tests", NOW, version, scope)
-}
-
-fn feed(store: &Store, after: u64) -> Vec<Change> {
-    store
-        .changes(after)
-        .expect("changes")
-        .collect::<Result<Vec<_>, _>>()
-        .expect("every change reads back")
 }
 
 /// Exactly `count` changes from `subscription`, then nothing more for a moment.

@@ -221,3 +221,12 @@ pub fn write_at(path: &Path, at: usize, bytes: &[u8]) {
         .expect("open segment");
     std::os::unix::fs::FileExt::write_all_at(&file, bytes, at as u64).expect("write in place");
 }
+
+/// Every change `store.changes(after)` lists, each read back.
+pub fn feed(store: &Store, after: u64) -> Vec<Change> {
+    store
+        .changes(after)
+        .expect("changes")
+        .collect::<Result<Vec<_>, _>>()
+        .expect("every change reads back")
+}
