@@ -30,6 +30,15 @@ fn item(id: &str, kind: &str, version: &str, scope: Scope) -> ContextItem {
     ContextItem::new(id, kind, json!({"id": id, "v": version}), "tests", NOW, version, scope)
 }
 
+/// Waits until the dispatcher has found `subscription` lagging (at most `PATIENCE`).
+fn wait_lagged(subscription: &Subscription) {
+    let until = Instant::now() + PATIENCE;
+    while !subscription.is_lagged() {
+        assert!(Instant::now() < until, "the subscription never lagged");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// Exactly `count` changes from `subscription`, then nothing more for a moment.
 fn take_exactly(subscription: &mut Subscription, count: usize) -> Vec<Change> {
     let mut got = Vec::with_capacity(count);
@@ -345,8 +354,8 @@ fn a_stalled_subscriber_lags_without_slowing_writers_and_resumes_losing_nothing(
         }
     });
     assert!(started.elapsed() < Duration::from_secs(60), "writers were held up");
-    // The dispatcher queues apart from the writers: give it a moment to find the queue full.
-    std::thread::sleep(Duration::from_millis(300));
+    // The dispatcher queues apart from the writers: wait for it to find the queue full.
+    wait_lagged(&stalled);
     // The rest of its batch, then Lagged.
     for _ in 0..2 {
         let change = stalled.try_recv().expect("the rest of the batch").expect("a change");
@@ -473,8 +482,8 @@ fn a_subscriber_lags_in_its_replay_too_and_resumes_where_it_stopped() {
             .add([item(&format!("l{i}"), "message", "1", Scope::GlobalWritable)])
             .expect("add");
     }
-    // The dispatcher queues apart from the writers: give it a moment to find the queue full.
-    std::thread::sleep(Duration::from_millis(300));
+    // The dispatcher queues apart from the writers: wait for it to find the queue full.
+    wait_lagged(&subscription);
     let resume_after = match subscription.try_recv() {
         Err(Error::Lagged { resume_after }) => resume_after,
         other => panic!("expected Lagged, got {other:?}"),

@@ -116,6 +116,15 @@ impl Subscription {
         self.next(Wait::Never)
     }
 
+    /// Whether the dispatcher has found this subscriber lagging (for tests, which otherwise could
+    /// only guess when the dispatcher, a thread of its own, has caught up).
+    #[cfg(feature = "testing")]
+    #[doc(hidden)]
+    #[must_use]
+    pub fn is_lagged(&self) -> bool {
+        self.resume_after.is_some() || self.subscriber.queue().lagged
+    }
+
     fn next(&mut self, wait: Wait) -> Result<Option<Change>> {
         loop {
             if let Some(resume_after) = self.resume_after {
