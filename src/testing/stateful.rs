@@ -88,19 +88,10 @@ impl Candidate {
 
 /// The store's change feed from where it starts: the start, and the changes with their sequence
 /// numbers (checked to increase, each batch's changes together, all past the start) set to 0, as
-/// the model records them.
-fn store_feed(store: &Store, step: usize) -> (u64, Vec<crate::Change>) {
-    let start = match store.history_start() {
-        Ok(start) => start,
-        Err(e) => panic!("step {step}: history_start failed: {e:?}"),
-    };
-    let changes = match store
-        .changes(start)
-        .and_then(|changes| changes.collect::<crate::Result<Vec<_>>>())
-    {
-        Ok(changes) => changes,
-        Err(e) => panic!("step {step}: reading the change feed from {start} failed: {e:?}"),
-    };
+/// the model records them. An error is the store's (a power cut armed to fall in these reads, say).
+fn store_feed(store: &Store, step: usize) -> crate::Result<(u64, Vec<crate::Change>)> {
+    let start = store.history_start()?;
+    let changes = store.changes(start)?.collect::<crate::Result<Vec<_>>>()?;
     let mut last = start;
     let mut out = Vec::with_capacity(changes.len());
     for mut change in changes {
@@ -115,7 +106,7 @@ fn store_feed(store: &Store, step: usize) -> (u64, Vec<crate::Change>) {
         }
         out.push(change);
     }
-    (start, out)
+    Ok((start, out))
 }
 
 /// Whether the store's feed (from [`store_feed`]) is what `state` committed: all of it while no
@@ -289,7 +280,13 @@ impl Run {
             Err(e) => panic!("step {}: reading after a power cut failed: {e:?}", self.step),
         };
         let now = self.clock.now();
-        let feed = store_feed(&store, self.step);
+        let feed = match store_feed(&store, self.step) {
+            Ok(feed) => feed,
+            Err(e) => panic!(
+                "step {}: reading the change feed after a power cut failed: {e:?}",
+                self.step
+            ),
+        };
         let mut survivors = Vec::new();
         for candidate in &self.worlds {
             for state in &candidate.history {
@@ -353,7 +350,12 @@ impl Run {
             Err(e) => panic!("step {}: reading {when} failed: {e:?}", self.step),
         };
         let now = self.clock.now();
-        let feed = store_feed(store, self.step);
+        let feed = match store_feed(store, self.step) {
+            Ok(feed) => feed,
+            // An armed cut fell here: the power cut is played out next.
+            Err(_) if self.disk.is_powered_off() => return,
+            Err(e) => panic!("step {}: reading the change feed {when} failed: {e:?}", self.step),
+        };
         let shows = |candidate: &Candidate| {
             candidate.current().observation(now) == seen && feed_shows(candidate.current(), &feed)
         };
