@@ -10,7 +10,9 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use common::feed;
-use ctxlog::{Change, ChangeFilter, ContextItem, Durability, Error, Options, Scope, Store, Subscription};
+use ctxlog::{
+    Change, ChangeFilter, Clock, ContextItem, Durability, Error, ManualClock, Options, Scope, Store, Subscription,
+};
 use serde_json::json;
 
 /// 2024-05-10T10:00:00Z.
@@ -494,4 +496,134 @@ fn a_subscriber_lags_in_its_replay_too_and_resumes_where_it_stopped() {
         .expect("subscribe");
     let expected = feed(&store, resume_after);
     assert_eq!(take_exactly(&mut resumed, expected.len()), expected);
+}
+
+fn open_at(dir: &Path, clock: &Arc<ManualClock>) -> Store {
+    Options::new()
+        .durability(Durability::Immediate)
+        .auto_compact(false)
+        .clock(Arc::clone(clock) as Arc<dyn ctxlog::Clock>)
+        .open(dir)
+        .expect("open")
+}
+
+fn expired(id: &str, version: &str, at: i64) -> Change {
+    Change::Expired {
+        id: id.into(),
+        version: version.into(),
+        expired_at: at,
+    }
+}
+
+/// Under a manual clock, `expire_due` announces each id's expiry once the clock reaches it, after
+/// the changes committed before, to the subscriptions whose filters and sessions let it through:
+/// only the latest version's expiry, none for a deleted id or a superseded version, none twice,
+/// none that fell due before the first subscription, and none while nobody subscribes.
+#[test]
+fn expire_due_announces_each_latest_expiry_once_the_clock_reaches_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = Arc::new(ManualClock::new(NOW));
+    let store = open_at(dir.path(), &clock);
+    let ttl =
+        |id: &str, kind: &str, version: &str, scope: Scope, secs: u64| item(id, kind, version, scope).with_ttl(secs);
+    // Fell due before anyone subscribed: never announced.
+    store
+        .add([ttl("early", "message", "1", Scope::GlobalWritable, 5)])
+        .expect("add");
+    clock.advance(10);
+    assert_eq!(store.expire_due().expect("expire_due"), 0, "nobody subscribes");
+    store
+        .add([
+            ttl("a", "message", "1", Scope::GlobalWritable, 20),
+            ttl("b", "tool_result", "1", Scope::Session("s1".into()), 30),
+            ttl("c", "message", "1", Scope::Session("s2".into()), 30),
+            ttl("gone", "message", "1", Scope::GlobalWritable, 20),
+            ttl("renewed", "message", "1", Scope::GlobalWritable, 20),
+            item("forever", "message", "1", Scope::GlobalWritable),
+        ])
+        .expect("add");
+    let mut all = store.subscribe(ChangeFilter::new()).expect("subscribe");
+    let mut of_t2 = store
+        .subscribe(ChangeFilter::new().types(["tool_result"]))
+        .expect("subscribe");
+    let mut s1 = store.session("s1").subscribe(ChangeFilter::new()).expect("subscribe");
+    // Before its expiry, a new version and a delete: the old expiries do not hold any more.
+    store
+        .add([ttl("renewed", "message", "2", Scope::GlobalWritable, 100)])
+        .expect("add");
+    assert!(store.delete("gone").expect("delete"));
+    assert_eq!(take_exactly(&mut all, 2).len(), 2);
+    assert_eq!(store.expire_due().expect("expire_due"), 0, "nothing is due yet");
+    // Items are stamped NOW: NOW + 20 is the expiry of a, gone and renewed's first version.
+    clock.set(NOW + 25);
+    assert_eq!(store.expire_due().expect("expire_due"), 1);
+    assert_eq!(take_exactly(&mut all, 1), vec![expired("a", "1", NOW + 20)]);
+    assert_eq!(store.expire_due().expect("expire_due"), 0, "announced once");
+    clock.set(NOW + 45);
+    assert_eq!(store.expire_due().expect("expire_due"), 2);
+    let got = take_exactly(&mut all, 2);
+    assert_eq!(got, vec![expired("b", "1", NOW + 30), expired("c", "1", NOW + 30)]);
+    assert_eq!(take_exactly(&mut of_t2, 1), vec![expired("b", "1", NOW + 30)]);
+    // s1 heard of its own expiry only (and of its own and the global changes before).
+    let own: Vec<Change> = std::iter::from_fn(|| s1.try_recv().expect("recv")).collect();
+    assert_eq!(own.last(), Some(&expired("b", "1", NOW + 30)), "{own:?}");
+    assert!(
+        !own.iter().any(|change| change.id() == Some("c")),
+        "s1 heard of s2's item: {own:?}"
+    );
+    clock.set(NOW + 1_000_000);
+    assert_eq!(store.expire_due().expect("expire_due"), 1);
+    assert_eq!(take_exactly(&mut all, 1), vec![expired("renewed", "2", NOW + 100)]);
+    // Once the last subscriber leaves, nothing is watched; a new first subscriber starts afresh
+    // from the index (expiries already past are not announced).
+    drop((all, of_t2, s1));
+    store
+        .add([ttl("later", "message", "1", Scope::GlobalWritable, 5)])
+        .expect("add");
+    let mut again = store.subscribe(ChangeFilter::new()).expect("subscribe");
+    assert_eq!(
+        store.expire_due().expect("expire_due"),
+        0,
+        "`later` (due at NOW + 5) was past before"
+    );
+    store
+        .add([ttl("fresh", "message", "1", Scope::GlobalWritable, 2_000_000)])
+        .expect("add");
+    assert_eq!(take_exactly(&mut again, 1).len(), 1);
+    clock.set(NOW + 2_000_000);
+    assert_eq!(store.expire_due().expect("expire_due"), 1);
+    assert_eq!(
+        take_exactly(&mut again, 1),
+        vec![expired("fresh", "1", NOW + 2_000_000)]
+    );
+}
+
+/// Under the system clock, the background thread announces an expiry within about a second of
+/// the clock reaching it, with nobody calling `expire_due`.
+#[test]
+fn the_background_thread_announces_an_expiry_within_about_a_second() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = open(dir.path(), Durability::Immediate);
+    let mut subscription = store.subscribe(ChangeFilter::new().ids(["soon"])).expect("subscribe");
+    let now = ctxlog::SystemClock.now();
+    let soon = ContextItem::new(
+        "soon",
+        "message",
+        json!({"v": 1}),
+        "tests",
+        now,
+        "1",
+        Scope::GlobalWritable,
+    )
+    .with_ttl(2);
+    store.add([soon]).expect("add");
+    assert!(matches!(
+        subscription.recv_timeout(PATIENCE),
+        Ok(Some(Change::Added { .. }))
+    ));
+    let change = subscription.recv_timeout(PATIENCE).expect("recv").expect("an expiry");
+    let heard = ctxlog::SystemClock.now();
+    assert_eq!(change, expired("soon", "1", now + 2));
+    assert!(heard >= now + 2, "announced before its time");
+    assert!(heard <= now + 3, "announced {} s after its time", heard - now - 2);
 }

@@ -3,6 +3,7 @@
 use std::sync::{Arc, Condvar, Mutex};
 
 use super::Store;
+use crate::engine::history::expiry::Expiries;
 use crate::engine::history::feed::Changes;
 use crate::engine::history::filter::ChangeFilter;
 use crate::engine::history::hub::{Queue, Subscriber};
@@ -96,7 +97,12 @@ impl Store {
                 format!("{after} is past the store's last sequence number {last}"),
             ));
         }
-        match shared.hub.register(Arc::clone(&subscriber)) {
+        let now = shared.clock.now();
+        let watch = || Expiries::build(&index, now);
+        match shared
+            .hub
+            .register(Arc::clone(&subscriber), Arc::downgrade(shared), watch)
+        {
             Ok(Some(())) => {}
             Ok(None) => return Err(Error::Closed),
             Err(e) => return Err(Error::io("starting the subscriptions' thread", e)),
@@ -116,5 +122,19 @@ impl Store {
         }
         subscription.replay(Changes::new(parts, after, last));
         Ok(subscription)
+    }
+
+    /// Announces to the live subscriptions, at once, every [`Change::Expired`](crate::Change::Expired)
+    /// the store's clock has reached and that was not announced yet (the background thread does the
+    /// same within about a second; this is for [`ManualClock`](crate::ManualClock) users and
+    /// tests), after every change committed before the call. Returns how many it announced,
+    /// whether or not a filter let them through: 0 while nobody subscribes, as expiries are
+    /// watched only for subscribers (an expiry that fell due before the first subscription is
+    /// never announced).
+    ///
+    /// # Errors
+    /// None today; a `Result` so that the session timeouts it will also judge can report theirs.
+    pub fn expire_due(&self) -> Result<usize> {
+        Ok(self.inner.shared.hub.expire_due())
     }
 }

@@ -11,8 +11,7 @@ use crate::read::view::scope_visible;
 ///
 /// Each list left empty lets every change through. `types` is matched against an added item's
 /// type, the type of the version a delete ended, and an expired item's type; `scopes` against the
-/// scope of an added item or of a deleted one; `ids`
-/// against the id a change concerns. A `SessionClosed` change passes only a filter that sets none
+/// scope of an added, deleted or expired item; `ids` against the id a change concerns. A `SessionClosed` change passes only a filter that sets none
 /// of the three lists.
 ///
 /// ```
@@ -81,18 +80,25 @@ impl ChangeFilter {
 
     /// Whether `change` passes, for a reader restricted to `session` (`None`: the store itself).
     /// `kind`: the type of the item the change concerns where the change does not carry it
-    /// (`None`: unknown, which lets a deletion through a type filter).
-    pub(crate) fn matches(&self, change: &Change, kind: Option<&str>, session: Option<&str>) -> bool {
+    /// (`None`: unknown, which lets a deletion through a type filter); `expired_scope`: the scope
+    /// of an expired item (an expiry whose scope is unknown reaches no session and no scope
+    /// filter).
+    pub(crate) fn matches(
+        &self,
+        change: &Change,
+        kind: Option<&str>,
+        expired_scope: Option<&Scope>,
+        session: Option<&str>,
+    ) -> bool {
         let (id, kind, scope) = match change {
             Change::Added { id, kind, scope, .. } => (id, Some(kind.as_str()), Some(scope)),
             Change::Deleted { id, scope, .. } => (id, kind, Some(scope)),
-            Change::Expired { id, .. } => (id, kind, None),
+            Change::Expired { id, .. } => (id, kind, expired_scope),
             Change::SessionClosed { session: closed, .. } => {
                 let own = session.is_none_or(|reader| reader == closed.as_str());
                 return own && self.types.is_empty() && self.scopes.is_empty() && self.ids.is_empty();
             }
         };
-        // An expiry's scope is not carried: a session's subscription does not receive it.
         let visible = match scope {
             Some(scope) => scope_visible(scope, session),
             None => session.is_none(),
@@ -126,13 +132,13 @@ mod tests {
         let a = added("a", "t1", Scope::GlobalWritable);
         let b = added("b", "t2", Scope::Session("s1".into()));
         let all = ChangeFilter::new();
-        assert!(all.matches(&a, None, None) && all.matches(&b, None, None));
+        assert!(all.matches(&a, None, None, None) && all.matches(&b, None, None, None));
         let by_type = ChangeFilter::new().types(["t2"]);
-        assert!(!by_type.matches(&a, None, None) && by_type.matches(&b, None, None));
+        assert!(!by_type.matches(&a, None, None, None) && by_type.matches(&b, None, None, None));
         let by_id = ChangeFilter::new().ids(["a"]);
-        assert!(by_id.matches(&a, None, None) && !by_id.matches(&b, None, None));
+        assert!(by_id.matches(&a, None, None, None) && !by_id.matches(&b, None, None, None));
         let by_scope = ChangeFilter::new().scopes([Scope::Session("s1".into())]);
-        assert!(!by_scope.matches(&a, None, None) && by_scope.matches(&b, None, None));
+        assert!(!by_scope.matches(&a, None, None, None) && by_scope.matches(&b, None, None, None));
     }
 
     #[test]
@@ -144,17 +150,41 @@ mod tests {
             scope: Scope::Session("s1".into()),
         };
         let filter = ChangeFilter::new().types(["t1"]);
-        assert!(filter.matches(&deleted, None, None));
-        assert!(!filter.matches(&deleted, Some("t2"), None));
-        assert!(filter.matches(&deleted, Some("t1"), Some("s1")));
-        assert!(!ChangeFilter::new().matches(&deleted, None, Some("s2")));
+        assert!(filter.matches(&deleted, None, None, None));
+        assert!(!filter.matches(&deleted, Some("t2"), None, None));
+        assert!(filter.matches(&deleted, Some("t1"), None, Some("s1")));
+        assert!(!ChangeFilter::new().matches(&deleted, None, None, Some("s2")));
         let closed = Change::SessionClosed {
             seq: 3,
             committed_at: 0,
             session: "s1".into(),
         };
-        assert!(ChangeFilter::new().matches(&closed, None, None));
-        assert!(!ChangeFilter::new().matches(&closed, None, Some("s2")));
-        assert!(!ChangeFilter::new().ids(["x"]).matches(&closed, None, None));
+        assert!(ChangeFilter::new().matches(&closed, None, None, None));
+        assert!(!ChangeFilter::new().matches(&closed, None, None, Some("s2")));
+        assert!(!ChangeFilter::new().ids(["x"]).matches(&closed, None, None, None));
+    }
+
+    #[test]
+    fn an_expiry_reaches_the_sessions_that_may_read_its_item_and_passes_scope_filters_by_its_scope() {
+        let expired = Change::Expired {
+            id: "x".into(),
+            version: "1".into(),
+            expired_at: 5,
+        };
+        let own = Scope::Session("s1".into());
+        let all = ChangeFilter::new();
+        assert!(all.matches(&expired, Some("t1"), Some(&own), Some("s1")));
+        assert!(!all.matches(&expired, Some("t1"), Some(&own), Some("s2")));
+        assert!(all.matches(&expired, Some("t1"), Some(&Scope::GlobalReadonly), Some("s2")));
+        // Unknown scope: the store itself only.
+        assert!(all.matches(&expired, Some("t1"), None, None));
+        assert!(!all.matches(&expired, Some("t1"), None, Some("s1")));
+        let by_scope = ChangeFilter::new().scopes([own.clone()]);
+        assert!(by_scope.matches(&expired, None, Some(&own), None));
+        assert!(!by_scope.matches(&expired, None, Some(&Scope::GlobalWritable), None));
+        assert!(!by_scope.matches(&expired, None, None, None));
+        assert!(!ChangeFilter::new()
+            .types(["t2"])
+            .matches(&expired, Some("t1"), Some(&own), None));
     }
 }

@@ -5,23 +5,33 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Weak;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 use super::change::Change;
+use super::expiry::Expiries;
 use super::filter::ChangeFilter;
+use crate::engine::shared::Shared;
+use crate::item::Scope;
 
 /// `Options::subscription_buffer`'s default.
 pub(crate) const SUBSCRIPTION_BUFFER_DEFAULT: usize = 10_000;
 
-/// One change of a published batch, with the type of its item where the change does not say it
-/// (`None`: not known, as for a deletion).
+/// One change of a published batch (or an expiry), with what a filter needs that the change does
+/// not say.
 #[derive(Debug, Clone)]
 pub(crate) struct LiveChange {
     pub(crate) change: Change,
+    /// The type of its item where the change does not carry it (`None`: not known).
     pub(crate) kind: Option<String>,
+    /// The scope of an expired item (the other changes carry theirs).
+    pub(crate) scope: Option<Scope>,
+    /// When an added version expires (`None`: never, or not an add).
+    pub(crate) expires_at: Option<i64>,
 }
 
 /// The changes of one published batch, in its order.
@@ -39,7 +49,16 @@ enum Event {
     Synced,
     /// The store is closing: deliver what is durable and stop.
     Close,
+    /// The expiries to watch, built by a first subscriber from the index as of its start (every
+    /// batch after it comes published).
+    Watch(Expiries),
+    /// Announce the expiries due by the clock now, and reply how many there were.
+    ExpireDue(Sender<usize>),
 }
+
+/// How often the dispatcher looks at the clock while expiries wait: the clock counts whole
+/// seconds, so an expiry is announced within this much of the second it names.
+const EXPIRY_POLL: Duration = Duration::from_millis(200);
 
 /// A subscriber's queue of live changes, filled by the dispatcher and emptied by its
 /// subscription.
@@ -71,8 +90,12 @@ impl Subscriber {
     }
 
     fn matches(&self, live: &LiveChange) -> bool {
-        self.filter
-            .matches(&live.change, live.kind.as_deref(), self.session.as_deref())
+        self.filter.matches(
+            &live.change,
+            live.kind.as_deref(),
+            live.scope.as_ref(),
+            self.session.as_deref(),
+        )
     }
 }
 
@@ -160,9 +183,16 @@ impl Hub {
     }
 
     /// Registers a subscriber, starting the dispatcher with the first one. The caller holds the
-    /// index's read lock, so that no batch above `subscriber.live_after` is published meanwhile.
-    /// `None` once the store is closing.
-    pub(crate) fn register(self: &Arc<Self>, subscriber: Arc<Subscriber>) -> std::io::Result<Option<()>> {
+    /// index's read lock, so that no batch above `subscriber.live_after` is published meanwhile;
+    /// `watch` builds, from that index, the expiries to watch, which a first subscriber (of the
+    /// store, or since the last one left) hands to the dispatcher. `None` once the store is
+    /// closing.
+    pub(crate) fn register(
+        self: &Arc<Self>,
+        subscriber: Arc<Subscriber>,
+        shared: Weak<Shared>,
+        watch: impl FnOnce() -> Expiries,
+    ) -> std::io::Result<Option<()>> {
         let mut state = self.state();
         if state.closed {
             return Ok(None);
@@ -172,13 +202,28 @@ impl Hub {
             let hub = Arc::clone(self);
             let thread = std::thread::Builder::new()
                 .name("ctxlog-subscriptions".into())
-                .spawn(move || hub.dispatch(&inbox))?;
+                .spawn(move || hub.dispatch(&inbox, &shared))?;
             let _ = self.events.set(events);
             state.dispatcher = Some(thread);
+        }
+        if state.subscribers.is_empty() {
+            self.send(Event::Watch(watch()));
         }
         state.subscribers.push(subscriber);
         self.count.fetch_add(1, Ordering::AcqRel);
         Ok(Some(()))
+    }
+
+    /// Announces the expiries due by the clock now to the live subscriptions (after the batches
+    /// handed over before), and returns how many there were: 0 while nobody subscribes, as no
+    /// expiry is watched then.
+    pub(crate) fn expire_due(&self) -> usize {
+        if !self.has_subscribers() {
+            return 0;
+        }
+        let (reply, answer) = crossbeam_channel::bounded(1);
+        self.send(Event::ExpireDue(reply));
+        answer.recv().unwrap_or(0)
     }
 
     /// Removes a subscriber (its subscription was dropped, or it lagged).
@@ -212,29 +257,81 @@ impl Hub {
     }
 
     /// The dispatcher thread: delivers each batch once it is durable (at once unless the hub
-    /// holds batches), until the hub closes.
-    fn dispatch(&self, inbox: &Receiver<Event>) {
+    /// holds batches), and each expiry once the clock reaches it, until the hub closes.
+    fn dispatch(&self, inbox: &Receiver<Event>, shared: &Weak<Shared>) {
         let mut pending: VecDeque<LiveBatch> = VecDeque::new();
-        for event in inbox {
+        let mut expiries: Option<Expiries> = None;
+        loop {
+            let watching = expiries.as_ref().is_some_and(|expiries| expiries.len() > 0);
+            let event = if watching {
+                match inbox.recv_timeout(EXPIRY_POLL) {
+                    Ok(event) => Some(event),
+                    Err(RecvTimeoutError::Timeout) => None,
+                    Err(RecvTimeoutError::Disconnected) => return,
+                }
+            } else {
+                match inbox.recv() {
+                    Ok(event) => Some(event),
+                    Err(_) => return,
+                }
+            };
+            let mut reply = None;
             match event {
-                Event::Published(batches) => pending.extend(batches),
-                Event::Synced => {}
+                Some(Event::Published(batches)) => pending.extend(batches),
+                Some(Event::Synced) | None => {}
                 // The writer has stopped, after its last sync.
-                Event::Close => {
-                    self.deliver_durable(&mut pending);
+                Some(Event::Close) => {
+                    self.deliver_durable(&mut pending, expiries.as_mut());
                     return;
                 }
+                Some(Event::Watch(watched)) => expiries = Some(watched),
+                Some(Event::ExpireDue(answer)) => reply = Some(answer),
             }
-            self.deliver_durable(&mut pending);
+            self.deliver_durable(&mut pending, expiries.as_mut());
+            if !self.has_subscribers() {
+                // Nobody to tell: the next first subscriber builds them again.
+                expiries = None;
+            }
+            let found = match (expiries.as_mut(), shared.upgrade()) {
+                (Some(expiries), Some(shared)) => self.announce_expiries(expiries, &shared),
+                _ => 0,
+            };
+            if let Some(answer) = reply {
+                let _ = answer.send(found);
+            }
         }
     }
 
-    fn deliver_durable(&self, pending: &mut VecDeque<LiveBatch>) {
+    /// Announces the expiries due by the store's clock; returns how many.
+    fn announce_expiries(&self, expiries: &mut Expiries, shared: &Shared) -> usize {
+        let now = shared.clock.now();
+        if expiries.next().is_none_or(|at| at > now) {
+            return 0;
+        }
+        let expired = expiries.take_due(&shared.read_index(), now);
+        let found = expired.len();
+        if found > 0 {
+            // No sequence number: every live subscriber is past it.
+            self.deliver(&[LiveBatch {
+                seq: u64::MAX,
+                changes: expired,
+            }]);
+        }
+        found
+    }
+
+    /// Delivers the pending batches that are durable, and watches the expiries they add.
+    fn deliver_durable(&self, pending: &mut VecDeque<LiveBatch>, expiries: Option<&mut Expiries>) {
         let durable = if self.holds() { self.durable() } else { u64::MAX };
         let ready = pending.iter().take_while(|batch| batch.seq <= durable).count();
         if ready > 0 {
             let batches: Vec<LiveBatch> = pending.drain(..ready).collect();
             self.deliver(&batches);
+            if let Some(expiries) = expiries {
+                for batch in &batches {
+                    expiries.note(batch);
+                }
+            }
         }
     }
 

@@ -4,6 +4,7 @@
 //! [`Subscription`](subscription::Subscription) a subscriber reads.
 
 pub(crate) mod change;
+pub(crate) mod expiry;
 pub(crate) mod feed;
 pub(crate) mod filter;
 pub(crate) mod hub;

@@ -217,7 +217,7 @@ impl Subscription {
             if self
                 .subscriber
                 .filter
-                .matches(&change, kind.as_deref(), self.subscriber.session.as_deref())
+                .matches(&change, kind.as_deref(), None, self.subscriber.session.as_deref())
             {
                 return Ok(Some(change));
             }

@@ -41,6 +41,8 @@ fn live_batch(batch: &Staged) -> Option<LiveBatch> {
                         timestamp: item.timestamp,
                     },
                     kind: None,
+                    scope: None,
+                    expires_at: item.expires_at(),
                 });
             }
             Some(Op::Delete(id)) => {
@@ -64,6 +66,8 @@ fn live_batch(batch: &Staged) -> Option<LiveBatch> {
                         scope: scope.to_scope(),
                     },
                     kind: kind.map(str::to_owned),
+                    scope: None,
+                    expires_at: None,
                 });
             }
             _ => {}
