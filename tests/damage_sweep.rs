@@ -471,6 +471,9 @@ fn build(shape: &'static Shape) -> Built {
 /// The files of a store on `disk`, parsed.
 fn layout(disk: &SimDisk) -> Vec<FileLayout> {
     let mut names = disk.file_names(Path::new(DIR));
+    // The history floor file has its own damage test (tests/past.rs): any damage to it only
+    // makes views of the past start later.
+    names.retain(|name| name != "history.floor");
     names.sort();
     let newest = names.iter().filter(|name| name.ends_with(".seg")).max().cloned();
     names

@@ -425,7 +425,12 @@ fn this_build_writes_the_golden_compacted_store_and_checkpoint() {
     let names: Vec<&str> = written.iter().map(|(name, _)| name.as_str()).collect();
     assert_eq!(
         names,
-        ["00000001.seg", "00000002.seg", "checkpoint-00000000000000000012.idx"]
+        [
+            "00000001.seg",
+            "00000002.seg",
+            "checkpoint-00000000000000000012.idx",
+            "history.floor"
+        ]
     );
     if std::env::var_os("CTXLOG_BLESS").is_some() {
         let _ = std::fs::remove_dir_all(compacted_fixture_dir());
@@ -1003,4 +1008,84 @@ fn a_delete_of_a_version_retired_by_an_older_format_says_its_type_and_scope_are_
             );
         }
     }
+}
+
+/// The golden compacted store keeps its history floor (`history.floor`, pinned above): views of the
+/// past are answered from it on, refused below it, across reopens.
+#[test]
+fn the_golden_compacted_store_answers_views_of_the_past_from_its_floor_on() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    copy_fixture(&compacted_fixture_dir(), Some(&compacted_fixture_dir()), dir.path());
+    let clock = Arc::new(ManualClock::new(GOLDEN_CLOCK_START + 1000));
+    let store = Options::new()
+        .clock(Arc::clone(&clock) as Arc<dyn ctxlog::Clock>)
+        .auto_compact(false)
+        .open(dir.path())
+        .expect("open");
+    assert_eq!(store.last_seq(), 12);
+    let at = store.snapshot_at(12).expect("the floor's seq");
+    assert_eq!(at.seq(), 12);
+    for seq in [0, 5, 11] {
+        match store.snapshot_at(seq) {
+            Err(ctxlog::Error::HistoryCompacted { oldest_available }) => assert_eq!(oldest_available, 12),
+            other => panic!("seq {seq}: {other:?}"),
+        }
+    }
+}
+
+/// A store compacted by a build that kept no history floor: what that compaction reclaimed is not
+/// known, so views of the past are answered only from its reopening on (judging TTL from then).
+/// Opening changes no file; the first commit writes the floor, which later opens keep.
+#[test]
+fn a_store_compacted_before_history_floors_answers_the_past_only_from_its_reopening() {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/format-v3-compacted-unfloored");
+    let dir = tempfile::tempdir().expect("tempdir");
+    copy_fixture(&fixture, Some(&fixture), dir.path());
+    let old = store_files(dir.path());
+    let clock = Arc::new(ManualClock::new(GOLDEN_CLOCK_START + 1000));
+    let open = || {
+        Options::new()
+            .clock(Arc::clone(&clock) as Arc<dyn ctxlog::Clock>)
+            .auto_compact(false)
+            .open(dir.path())
+            .expect("open")
+    };
+    let store = open();
+    assert_eq!(store_files(dir.path()), old, "opening changed a file");
+    for seq in [3, 12] {
+        assert!(
+            matches!(
+                store.snapshot_at(seq),
+                Err(ctxlog::Error::HistoryCompacted { oldest_available: 12 })
+            ),
+            "seq {seq}"
+        );
+    }
+    let added = ContextItem::new(
+        "new1",
+        "message",
+        json!("new"),
+        "chat",
+        1_715_335_400,
+        "1",
+        Scope::GlobalWritable,
+    );
+    store.add([added]).expect("add");
+    let floor = std::fs::read(dir.path().join("history.floor")).expect("the first commit wrote the floor");
+    assert_eq!(&floor[..8], b"CTXFLOOR");
+    assert_eq!(u64::from_le_bytes(floor[12..20].try_into().expect("8 bytes")), 12);
+    assert_eq!(
+        i64::from_le_bytes(floor[20..28].try_into().expect("8 bytes")),
+        GOLDEN_CLOCK_START + 1000
+    );
+    let view = store.snapshot_at(13).expect("the commit after the reopening");
+    assert_eq!(view.resolve(["new1"]).expect("resolve").len(), 1);
+    drop((view, store));
+    clock.advance(5000);
+    let store = open();
+    assert!(store.snapshot_at(13).is_ok(), "a later open moved the floor");
+    assert!(matches!(
+        store.snapshot_at(12),
+        Err(ctxlog::Error::HistoryCompacted { .. })
+    ));
 }

@@ -43,7 +43,9 @@ use ctxlog::testing::model::{
     denied_at, listed_pins, observe, pin_in_store, ref_text, ItemSpec, PinModel, QuerySpec, Ref, State, StoreAdd, View,
     CONFIDENCES, IDS, KINDS, MIN_CONFIDENCES, PATHS, PIN_NAMES, QUERY_KINDS, SOURCES, START, VERSIONS, VIEWS,
 };
-use ctxlog::{Clock, ContextItem, Durability, Error, ManualClock, Options, Snapshot, Store};
+use ctxlog::{
+    Change, ChangeFilter, Clock, ContextItem, Durability, Error, ManualClock, Options, Snapshot, Store, Subscription,
+};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
@@ -81,6 +83,29 @@ enum Op {
     Reopen,
     /// `store.compact()`.
     Compact,
+    /// `snapshot_at(seq)` of a batch picked among those committed so far (`pick % count`), read
+    /// with `query` and `refs` and its digest: answered as the model was then, or (only once a
+    /// compaction reclaimed something) `HistoryCompacted`.
+    SnapshotAt {
+        pick: usize,
+        query: QuerySpec,
+        refs: Vec<Ref>,
+    },
+    /// `snapshot_as_of(t)` for the time of a batch picked as above (TTL judged at `t`).
+    SnapshotAsOf {
+        pick: usize,
+        query: QuerySpec,
+        refs: Vec<Ref>,
+    },
+    /// `subscribe(ChangeFilter::new().after(a))` from an `a` picked as for `Changes`; the
+    /// subscription lives until the next reopen, which closes it (and `ResumeSubs` takes over).
+    Subscribe(usize),
+    /// Every live subscription receives up to the last seq: exactly the model's changes after its
+    /// start, in order, once each (expiries aside, which `expire_due` announces: each names an id
+    /// whose latest version had expired by then).
+    DrainSubs,
+    /// `expire_due()`, then `DrainSubs`.
+    ExpireDue,
     /// Pins a snapshot of now, through the store (`None`) or a session view's snapshot.
     Pin {
         name: &'static str,
@@ -186,6 +211,11 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0..=6i64).prop_map(Op::Advance),
         1 => Just(Op::Reopen),
         2 => Just(Op::Compact),
+        2 => (any::<usize>(), query_spec(), refs()).prop_map(|(pick, query, refs)| Op::SnapshotAt { pick, query, refs }),
+        1 => (any::<usize>(), query_spec(), refs()).prop_map(|(pick, query, refs)| Op::SnapshotAsOf { pick, query, refs }),
+        1 => any::<usize>().prop_map(Op::Subscribe),
+        1 => Just(Op::DrainSubs),
+        1 => Just(Op::ExpireDue),
         1 => (pin_name(), read_view()).prop_map(|(name, view)| Op::Pin { name, view }),
         1 => pin_name().prop_map(Op::Unpin),
         2 => (pin_name(), query_spec(), refs()).prop_map(|(name, query, refs)| Op::OpenPinned { name, query, refs }),
@@ -329,6 +359,14 @@ struct Case {
     /// Live snapshot handles, each with its model.
     snaps: Vec<(Snapshot, View)>,
     last_seq: u64,
+    /// Every batch committed, as (seq, commit time, the model right after it).
+    moments: Vec<(u64, i64, ctxlog::testing::model::Model)>,
+    /// Whether a compaction has reclaimed anything: until then every view of the past is answered.
+    reclaimed: bool,
+    /// Live subscriptions: each with the seq it started after and the changes it received.
+    subs: Vec<(Subscription, u64, Vec<Change>)>,
+    /// Subscriptions a reopen closed, to resume after the last seq each received.
+    closed_subs: Vec<(u64, Vec<Change>)>,
 }
 
 impl Case {
@@ -343,6 +381,10 @@ impl Case {
             state: State::default(),
             snaps: Vec::new(),
             last_seq: 0,
+            moments: Vec::new(),
+            reclaimed: false,
+            subs: Vec::new(),
+            closed_subs: Vec::new(),
         })
     }
 
@@ -364,6 +406,54 @@ impl Case {
                     let seq = self.store().last_seq();
                     self.state.record_delete(id, scope, seq, now);
                 }
+                self.note_moment();
+            }
+            Op::SnapshotAt { pick, query, refs } => {
+                if let Some((seq, time, model)) = self.moments.get(pick % self.moments.len().max(1)).cloned() {
+                    let view = View {
+                        model,
+                        taken_at: time,
+                        session: None,
+                        step,
+                    };
+                    let what = format!("step {step}: snapshot_at({seq})");
+                    self.check_past(s.snapshot_at(seq), &view, query, refs, &what)?;
+                }
+            }
+            Op::SnapshotAsOf { pick, query, refs } => {
+                if let Some((_, time, _)) = self.moments.get(pick % self.moments.len().max(1)) {
+                    let time = *time;
+                    // As of `time`: the last batch committed by then.
+                    let model = self
+                        .moments
+                        .iter()
+                        .rev()
+                        .find(|(_, at, _)| *at <= time)
+                        .map(|(_, _, model)| model.clone())
+                        .unwrap_or_default();
+                    let view = View {
+                        model,
+                        taken_at: time,
+                        session: None,
+                        step,
+                    };
+                    let what = format!("step {step}: snapshot_as_of({time})");
+                    self.check_past(s.snapshot_as_of(time), &view, query, refs, &what)?;
+                }
+            }
+            Op::Subscribe(pick) => {
+                let (start, last) = (s.history_start().map_err(|e| fail("history_start", e))?, s.last_seq());
+                let span = usize::try_from(last - start).unwrap_or(usize::MAX).saturating_add(1);
+                let after = start + u64::try_from(pick % span).unwrap_or(0);
+                let subscription = s
+                    .subscribe(ChangeFilter::new().after(after))
+                    .map_err(|e| fail("subscribe", e))?;
+                self.subs.push((subscription, after, Vec::new()));
+            }
+            Op::DrainSubs => self.drain_subs(step)?,
+            Op::ExpireDue => {
+                s.expire_due().map_err(|e| fail("expire_due", e))?;
+                self.drain_subs(step)?;
             }
             Op::Changes(pick) => {
                 let (start, last) = (s.history_start().map_err(|e| fail("history_start", e))?, s.last_seq());
@@ -425,11 +515,13 @@ impl Case {
                 let expected = self.state.pin(name, seq_before, now, *view, step);
                 prop_assert_eq!(actual, expected, "step {}: pin({})", step, name);
                 check_pin_list(self.store(), &self.state, &format!("step {step}: after pin"))?;
+                self.note_moment();
             }
             Op::Unpin(name) => {
                 let actual = s.unpin_snapshot(name).map_err(|e| fail("unpin", e))?;
                 prop_assert_eq!(actual, self.state.unpin(name), "step {}: unpin({})", step, name);
                 check_pin_list(self.store(), &self.state, &format!("step {step}: after unpin"))?;
+                self.note_moment();
             }
             Op::OpenPinned { name, query, refs } => match state.pins.get(name) {
                 None => {
@@ -465,6 +557,79 @@ impl Case {
         if let (Ok(expects), Some(seq)) = (&expected, actual.batch_seq(0).ok().flatten()) {
             self.state.record_add(&items, expects, seq, self.clock.now());
         }
+        self.note_moment();
+        Ok(())
+    }
+
+    /// Records the batch just committed, if one was (a batch that wrote nothing has no seq).
+    fn note_moment(&mut self) {
+        let seq = self.store().last_seq();
+        if seq > self.moments.last().map_or(0, |(last, ..)| *last) {
+            self.moments.push((seq, self.clock.now(), self.state.model.clone()));
+        }
+    }
+
+    /// Checks a view of the past against the model `view`: answered as it then was, or refused
+    /// with `HistoryCompacted` once a compaction has reclaimed something.
+    fn check_past(
+        &self,
+        result: Result<Snapshot, Error>,
+        view: &View,
+        query: &QuerySpec,
+        refs: &[Ref],
+        what: &str,
+    ) -> Result<(), TestCaseError> {
+        let snapshot = match result {
+            Ok(snapshot) => snapshot,
+            Err(Error::HistoryCompacted { .. }) if self.reclaimed => return Ok(()),
+            Err(e) => return Err(fail(what, e)),
+        };
+        prop_assert_eq!(snapshot.taken_at(), view.taken_at, "{}: taken_at", what);
+        let actual = snapshot.get(&query.query()).map_err(|e| fail(what, e))?;
+        prop_assert_eq!(actual, view.get(query), "{}: get", what);
+        let texts: Vec<String> = refs.iter().map(ref_text).collect();
+        let actual = snapshot.resolve(&texts).map_err(|e| fail(what, e))?;
+        prop_assert_eq!(actual, view.resolve(refs), "{}: resolve", what);
+        let digest = snapshot.digest().map_err(|e| fail(what, e))?;
+        prop_assert_eq!(digest, view.digest(), "{}: digest", what);
+        Ok(())
+    }
+
+    /// Lets every live subscription receive up to the last seq, and checks what each received.
+    fn drain_subs(&mut self, step: usize) -> Result<(), TestCaseError> {
+        let now = self.clock.now();
+        for (subscription, after, received) in &mut self.subs {
+            // The last batch with a change for it (a pin, say, commits a batch without one).
+            let last = self
+                .state
+                .feed_after(*after)
+                .iter()
+                .rev()
+                .find_map(Change::seq)
+                .unwrap_or(*after);
+            let reached = |received: &[Change]| received.iter().rev().find_map(Change::seq).unwrap_or(*after);
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while reached(received) < last {
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                prop_assert!(
+                    !left.is_zero(),
+                    "step {}: a subscription stopped at {} of {}",
+                    step,
+                    reached(received),
+                    last
+                );
+                match subscription.recv_timeout(left) {
+                    Ok(Some(change)) => received.push(change),
+                    Ok(None) => {}
+                    Err(e) => return Err(fail(&format!("step {step}: recv"), e)),
+                }
+            }
+            // Expiries already announced come without waiting.
+            while let Some(change) = subscription.try_recv().map_err(|e| fail("try_recv", e))? {
+                received.push(change);
+            }
+            check_received(&self.state, *after, received, now, step)?;
+        }
         Ok(())
     }
 
@@ -472,8 +637,30 @@ impl Case {
     /// everything acknowledged survives, pins included.
     fn reopen(&mut self, what: &str) -> Result<(), TestCaseError> {
         self.snaps.clear();
+        // A subscription ends with the store (`Closed` after what it had queued); each resumes
+        // after the last seq it received, on the new handle.
         drop(self.store.take());
+        for (mut subscription, after, mut received) in self.subs.drain(..) {
+            loop {
+                match subscription.recv() {
+                    Ok(change) => received.push(change),
+                    Err(Error::Closed) => break,
+                    Err(e) => return Err(fail(&format!("{what}: a closing subscription"), e)),
+                }
+            }
+            self.closed_subs.push((after, received));
+        }
         self.store = Some(open(self.dir.path(), &self.clock)?);
+        for (after, received) in self.closed_subs.drain(..) {
+            let resume = received.iter().rev().find_map(Change::seq).unwrap_or(after);
+            let store = self.store.as_ref().expect("just opened");
+            match store.subscribe(ChangeFilter::new().after(resume)) {
+                Ok(subscription) => self.subs.push((subscription, after, received)),
+                // Compaction took the history it would resume from: it may not resume.
+                Err(Error::HistoryCompacted { .. }) if self.reclaimed => {}
+                Err(e) => return Err(fail(&format!("{what}: resuming a subscription"), e)),
+            }
+        }
         check_observation(self.store(), &self.state, self.clock.now(), what)?;
         check_feed_start(self.store(), &self.state, what)?;
         check_verify(self.store(), what)
@@ -483,6 +670,7 @@ impl Case {
         let views = self.state.views(self.snaps.iter().map(|(_, model)| model));
         let expected = self.state.model.compact(now, &views);
         let report = self.store().compact().map_err(|e| fail("compact", e))?;
+        self.reclaimed |= report.segments_rewritten > 0;
         prop_assert_eq!(
             (report.reclaimed_expired, report.reclaimed_superseded),
             (expected.expired, expected.superseded),
@@ -514,6 +702,47 @@ impl Case {
         check_observation(&s, &self.state, self.clock.now(), "after the final reopen")?;
         check_feed_start(&s, &self.state, "after the final reopen")
     }
+}
+
+/// Checks what a subscription that started after `after` received: its changes with a seq are
+/// exactly the model's feed after `after` (in order, once each, nothing past the last seq), and
+/// each expiry names an id whose latest version the model has expired by `now`, once.
+fn check_received(state: &State, after: u64, received: &[Change], now: i64, step: usize) -> Result<(), TestCaseError> {
+    let committed: Vec<Change> = received.iter().filter(|c| c.seq().is_some()).cloned().collect();
+    let expected = state.feed_after(after);
+    prop_assert_eq!(
+        &committed,
+        &expected,
+        "step {}: a subscription after {} received",
+        step,
+        after
+    );
+    let mut seen = std::collections::HashSet::new();
+    for change in received {
+        if let Change::Expired {
+            id,
+            version,
+            expired_at,
+        } = change
+        {
+            prop_assert!(
+                *expired_at <= now,
+                "step {}: {} announced expired at {} before {}",
+                step,
+                id,
+                expired_at,
+                now
+            );
+            prop_assert!(
+                seen.insert((id.clone(), version.clone())),
+                "step {}: {}@{} expired twice",
+                step,
+                id,
+                version
+            );
+        }
+    }
+    Ok(())
 }
 
 fn run(ops: &[Op]) -> Result<(), TestCaseError> {

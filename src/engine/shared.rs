@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
@@ -78,6 +78,14 @@ pub(crate) struct Shared {
     pub(crate) history: crate::engine::history::start::HistoryStart,
     /// The live subscriptions, and what the writer hands them.
     pub(crate) hub: Arc<crate::engine::history::hub::Hub>,
+    /// The oldest view of the past answered exactly (kept in `history.floor`): raised by
+    /// compaction under the snapshot registry's lock, read under it by views of the past.
+    floor: Mutex<crate::engine::history::past::Floor>,
+    /// `Options::history_retention`, in seconds.
+    history_retention: AtomicI64,
+    /// Set while the floor opening found (for a store compacted by a build that kept none) is not
+    /// in `history.floor` yet: the first commit writes it (opening changes nothing).
+    floor_unsaved: AtomicBool,
 }
 
 /// What is left of a large add's items once it is answered: its operations, with their content
@@ -164,9 +172,67 @@ impl Shared {
             workers: crate::parallel::Workers::new(worker_threads),
             history: crate::engine::history::start::HistoryStart::default(),
             hub,
+            floor: Mutex::new(crate::engine::history::past::Floor::default()),
+            history_retention: AtomicI64::new(0),
+            floor_unsaved: AtomicBool::new(false),
         };
         shared.note_checkpoint();
         shared
+    }
+
+    /// Sets the history retention (seconds) and the floor as opening found it (`unsaved`: not in
+    /// its file yet).
+    pub(crate) fn configure_history(
+        &self,
+        retention_seconds: i64,
+        floor: crate::engine::history::past::Floor,
+        unsaved: bool,
+    ) {
+        self.history_retention.store(retention_seconds, Ordering::Relaxed);
+        *self.floor.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = floor;
+        self.floor_unsaved.store(unsaved, Ordering::Release);
+    }
+
+    /// Writes the floor opening found if it is not in its file yet (the writer calls this after
+    /// each commit: one load while there is nothing to do). A failure is logged and tried again
+    /// at the next commit.
+    #[inline]
+    pub(crate) fn save_floor_if_unsaved(&self) {
+        if !self.floor_unsaved.load(Ordering::Acquire) {
+            return;
+        }
+        let floor = self.floor.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match crate::engine::history::past::store_floor(&*self.storage, &self.dir, *floor) {
+            Ok(()) => self.floor_unsaved.store(false, Ordering::Release),
+            Err(e) => tracing::warn!("writing the history floor failed: {e}"),
+        }
+    }
+
+    /// `Options::history_retention`, in seconds (0: none).
+    pub(crate) fn history_retention(&self) -> i64 {
+        self.history_retention.load(Ordering::Relaxed)
+    }
+
+    /// The oldest view of the past answered exactly. Read it under the snapshot registry's lock
+    /// (see [`Shared::live_snapshots`]) to order it with compaction.
+    pub(crate) fn floor(&self) -> crate::engine::history::past::Floor {
+        *self.floor.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Raises the floor of the views of the past to `floor` where it is higher, durably first.
+    /// The caller (compaction) holds the snapshot registry's lock.
+    ///
+    /// # Errors
+    /// `Io` if the floor file cannot be written.
+    pub(crate) fn raise_floor(&self, floor: crate::engine::history::past::Floor) -> Result<()> {
+        let mut kept = self.floor.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let raised = kept.max(floor);
+        if raised != *kept || self.floor_unsaved.load(Ordering::Acquire) {
+            crate::engine::history::past::store_floor(&*self.storage, &self.dir, raised)?;
+            *kept = raised;
+            self.floor_unsaved.store(false, Ordering::Release);
+        }
+        Ok(())
     }
 
     /// The log as the change feed reads it: every segment in number order with its published

@@ -115,6 +115,34 @@ impl Snapshot {
         }
     }
 
+    /// A view of the past at `seq`, judging TTL at `taken_at`, registered so that compaction keeps
+    /// what it sees, if the floor admits it: checked under the registry's lock, which compaction
+    /// holds while it raises the floor and installs a rewrite, so that no rewrite reclaims what
+    /// the view shows between the check and the registration.
+    pub(crate) fn of_past(shared: &Arc<Shared>, seq: u64, taken_at: i64) -> Result<Snapshot> {
+        let mut live = shared.live_snapshots();
+        let floor = shared.floor();
+        if !floor.admits(seq, taken_at) {
+            return Err(Error::HistoryCompacted {
+                oldest_available: floor.seq,
+            });
+        }
+        *live.entry(seq).or_insert(0) += 1;
+        drop(live);
+        let registration = Some(Arc::new(Registration {
+            shared: Arc::clone(shared),
+            seq,
+        }));
+        Ok(Snapshot {
+            shared: Arc::clone(shared),
+            seq,
+            taken_at,
+            session: None,
+            current: false,
+            _registration: registration,
+        })
+    }
+
     /// The view this snapshot reads at, given the locked index: for the current state, the index's
     /// sequence number and the clock's time now.
     fn view(&self, index: &Index) -> View<'_> {

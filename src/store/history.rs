@@ -7,8 +7,10 @@ use crate::engine::history::expiry::Expiries;
 use crate::engine::history::feed::Changes;
 use crate::engine::history::filter::ChangeFilter;
 use crate::engine::history::hub::{Queue, Subscriber};
+use crate::engine::history::past;
 use crate::engine::history::subscription::Subscription;
 use crate::error::{Error, Result};
+use crate::snapshot::Snapshot;
 
 impl Store {
     /// The sequence number of the last batch committed and visible to reads (0 for an empty store).
@@ -136,5 +138,63 @@ impl Store {
     /// None today; a `Result` so that the session timeouts it will also judge can report theirs.
     pub fn expire_due(&self) -> Result<usize> {
         Ok(self.inner.shared.hub.expire_due())
+    }
+
+    /// The store as it stood right after batch `seq` committed, judging TTL at that batch's commit
+    /// time: an ordinary [`Snapshot`] (get, resolve, query, pin, digest) that answers exactly what
+    /// the store answered then, byte for byte. Seq 0 is the empty store before the first batch.
+    ///
+    /// Every moment less than [`Options::history_retention`](crate::Options::history_retention)
+    /// ago is answered; an older one while compaction has reclaimed nothing the view would show
+    /// (compaction keeps a floor below which it may have: views of the past reach back to it, and
+    /// only to it).
+    ///
+    /// # Errors
+    /// `Invalid` (field `seq`) past [`Store::last_seq`]; `HistoryCompacted` when compaction may
+    /// have reclaimed something the view would show, or the log no longer holds the batch's commit
+    /// time (it was left out by compaction, or written by a build older than segment format 3),
+    /// with `oldest_available` the seq the floor stands at; `Corrupt` if a frame's header or sync
+    /// mark cannot be read.
+    pub fn snapshot_at(&self, seq: u64) -> Result<Snapshot> {
+        let shared = &self.inner.shared;
+        let (parts, last) = shared.log_parts();
+        if seq > last {
+            return Err(Error::invalid(
+                "seq",
+                format!("{seq} is past the store's last sequence number {last}"),
+            ));
+        }
+        let Some(committed_at) = past::commit_time(&parts, seq)? else {
+            return Err(Error::HistoryCompacted {
+                oldest_available: shared.floor().seq,
+            });
+        };
+        Snapshot::of_past(shared, seq, committed_at)
+    }
+
+    /// The store as it stood at time `t` (the store's clock, UTC seconds): as of the last batch
+    /// committed at or before `t`, judging TTL at `t`. As [`Store::snapshot_at`] otherwise.
+    ///
+    /// # Errors
+    /// `Invalid` (field `t`) past the clock's now; `HistoryCompacted` as [`Store::snapshot_at`],
+    /// and when the log cannot tell which batch was the last by `t` (frames around it were left
+    /// out by compaction, or have no commit time); `Corrupt` if a frame's header or sync mark
+    /// cannot be read.
+    pub fn snapshot_as_of(&self, t: i64) -> Result<Snapshot> {
+        let shared = &self.inner.shared;
+        let now = shared.clock.now();
+        if t > now {
+            return Err(Error::invalid(
+                "t",
+                format!("{t} is past the store's clock, which reads {now}"),
+            ));
+        }
+        let (parts, last) = shared.log_parts();
+        let Ok(seq) = past::seq_as_of(&parts, last, t)? else {
+            return Err(Error::HistoryCompacted {
+                oldest_available: shared.floor().seq,
+            });
+        };
+        Snapshot::of_past(shared, seq, t)
     }
 }

@@ -3,6 +3,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::clock::{Clock, SystemClock};
 use crate::engine::commands::Durability;
@@ -30,6 +31,7 @@ pub struct Options {
     pub(super) read_threads: usize,
     pub(super) checkpoint_every: u64,
     pub(super) subscription_buffer: usize,
+    pub(super) history_retention: Duration,
 }
 
 impl std::fmt::Debug for Options {
@@ -46,9 +48,13 @@ impl std::fmt::Debug for Options {
             .field("read_threads", &self.read_threads)
             .field("checkpoint_every", &self.checkpoint_every)
             .field("subscription_buffer", &self.subscription_buffer)
+            .field("history_retention", &self.history_retention)
             .finish()
     }
 }
+
+/// The longest `Options::history_retention`: 100 years.
+const HISTORY_RETENTION_SECONDS_MAX: u64 = 100 * 366 * 24 * 3600;
 
 impl Default for Options {
     fn default() -> Self {
@@ -64,6 +70,7 @@ impl Default for Options {
             read_threads: std::thread::available_parallelism().map_or(1, |n| n.get().min(READ_THREADS_DEFAULT_MAX)),
             checkpoint_every: CHECKPOINT_EVERY_BYTES_DEFAULT,
             subscription_buffer: SUBSCRIPTION_BUFFER_DEFAULT,
+            history_retention: Duration::ZERO,
         }
     }
 }
@@ -194,6 +201,19 @@ impl Options {
         self
     }
 
+    /// How far back compaction keeps the past (by the store's clock, whole seconds): every version,
+    /// tombstone and record that was visible at some moment less than this long ago stays, so that
+    /// [`Store::changes`](crate::Store::changes) and the views of
+    /// [`Store::snapshot_at`](crate::Store::snapshot_at) and
+    /// [`Store::snapshot_as_of`](crate::Store::snapshot_as_of) reach that far back. Default: zero
+    /// (compaction keeps only what the current state, live snapshots and pins see). Accepted: up
+    /// to 100 years.
+    #[must_use]
+    pub fn history_retention(mut self, retention: Duration) -> Self {
+        self.history_retention = retention;
+        self
+    }
+
     /// Opens (creating if needed) the store in directory `path`.
     ///
     /// # Errors
@@ -223,6 +243,13 @@ impl Options {
         within("add_threads", self.add_threads, 1, ADD_THREADS_MAX, "")?;
         within("read_threads", self.read_threads, 1, READ_THREADS_MAX, "")?;
         within("subscription_buffer", self.subscription_buffer, 1, usize::MAX, "")?;
+        within(
+            "history_retention",
+            self.history_retention.as_secs(),
+            0,
+            HISTORY_RETENTION_SECONDS_MAX,
+            " s",
+        )?;
         if let Durability::Periodic(period) = self.durability {
             if period.is_zero() {
                 return Err(Error::invalid("durability", "a Periodic duration must be above zero"));

@@ -22,6 +22,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use self::rewrite::rewrite;
+use crate::engine::history::past::{self, Floor};
 use crate::engine::shared::Shared;
 use crate::error::Result;
 use crate::index::{Index, PurgeCursor, VersionEntry, SEQ_OPEN};
@@ -78,17 +79,47 @@ pub(crate) struct Views {
     now: i64,
     /// Sequence numbers of live snapshot handles and pins, sorted.
     snapshot_seqs: Vec<u64>,
+    /// With a history retention: the last seq committed at the start of the retained span (or an
+    /// earlier one, when the log cannot tell), and that start's time. Every view from there to
+    /// now is kept.
+    retained: Option<(u64, i64)>,
 }
 
 impl Views {
-    /// The views as of now; `live` is the registry of live snapshot handles, locked by the caller.
-    pub(crate) fn gather(live: &BTreeMap<u64, usize>, index: &Index, now: i64) -> Views {
+    /// The views as of now; `live` is the registry of live snapshot handles, locked by the caller;
+    /// `retained` the retained span's start (see [`retained_span`]).
+    pub(crate) fn gather(live: &BTreeMap<u64, usize>, index: &Index, now: i64, retained: Option<(u64, i64)>) -> Views {
         let mut seqs: BTreeSet<u64> = live.keys().copied().collect();
         seqs.extend(index.pins.values().map(|pin| pin.seq));
         Views {
             current_seq: index.seq,
             now,
             snapshot_seqs: seqs.into_iter().collect(),
+            retained,
+        }
+    }
+
+    /// Whether a moment of the retained span sees the version: created after its start, or ended
+    /// after it. Expired or not: a view resolves its id's expired latest version as expired (with
+    /// its expiry), which it can no longer do once the version is reclaimed.
+    fn retains(&self, version: &VersionEntry, ended: u64) -> bool {
+        self.retained
+            .is_some_and(|(seq, _)| version.seq_created > seq || ended > seq)
+    }
+
+    /// How far reclaiming `version` raises the floor of the views of the past: to the batch that
+    /// ended it, from which on no view sees it; for a version still its id's latest (reclaimed
+    /// because it expired), past the current seq, since every view from its creation on resolves
+    /// it (as expired, once it is).
+    pub(crate) fn floor_after_reclaiming(&self, index: &Index, version: &VersionEntry) -> Floor {
+        let ended = index.seq_ended(version);
+        Floor {
+            seq: if ended == SEQ_OPEN {
+                self.current_seq.saturating_add(1)
+            } else {
+                ended
+            },
+            time: 0,
         }
     }
 
@@ -104,6 +135,7 @@ impl Views {
             .unwrap_or(SEQ_OPEN);
         let first = self.snapshot_seqs.partition_point(|seq| *seq < version.seq_created);
         self.snapshot_seqs.get(first).is_some_and(|seq| *seq < history_end)
+            || self.retained.is_some_and(|(seq, _)| history_end > seq)
     }
 
     /// Whether some view can still see `version` whole.
@@ -113,9 +145,8 @@ impl Views {
         }
         // The first snapshot at or after the version's creation is the only one that can matter.
         let first = self.snapshot_seqs.partition_point(|seq| *seq < version.seq_created);
-        self.snapshot_seqs
-            .get(first)
-            .is_some_and(|seq| *seq < index.seq_ended(version))
+        let ended = index.seq_ended(version);
+        self.snapshot_seqs.get(first).is_some_and(|seq| *seq < ended) || self.retains(version, ended)
     }
 }
 
@@ -188,10 +219,10 @@ fn reclaim_of(index: &Index, version: &VersionEntry, decision: Decision) -> u64 
 /// number and the numbers of the segments whose every frame the index held then: only those may
 /// be rewritten by a plan made with these views, since a version published later has no decision
 /// in it and its record would move without its index entry.
-fn views_now(shared: &Shared) -> (Views, u32, BTreeSet<u32>) {
+fn views_now(shared: &Shared, retained: Option<(u64, i64)>) -> (Views, u32, BTreeSet<u32>) {
     let live = shared.live_snapshots();
     let index = shared.read_index();
-    let views = Views::gather(&live, &index, shared.clock.now());
+    let views = Views::gather(&live, &index, shared.clock.now(), retained);
     let published = index
         .segments
         .keys()
@@ -245,7 +276,7 @@ fn segment_bytes(storage: &dyn Storage, index: &Index) -> u64 {
 /// goes back from the last slot and stops at the first version stored elsewhere: the whole index
 /// is planned once, by the compaction that follows.
 pub(crate) fn active_reclaimable(shared: &Shared) -> u64 {
-    let (views, active, _) = views_now(shared);
+    let (views, active, _) = views_now(shared, retained_span(shared));
     let mut reclaim = 0;
     let mut end = shared.read_index().slots.len();
     while end > 0 {
@@ -274,7 +305,8 @@ pub(crate) fn active_reclaimable(shared: &Shared) -> u64 {
 pub(crate) fn compact(shared: &Shared, min_share: f64) -> Result<CompactionReport> {
     let started = Instant::now();
     let mut report = CompactionReport::default();
-    let (views, active, published) = views_now(shared);
+    let retained = retained_span(shared);
+    let (views, active, published) = views_now(shared, retained);
     let mut plans = plan(shared, &views);
     plans.remove(&active);
     let (mut chosen, bytes_before) = {
@@ -303,7 +335,7 @@ pub(crate) fn compact(shared: &Shared, min_share: f64) -> Result<CompactionRepor
     }
     let mut unlinked = false;
     let rewritten: Result<()> = chosen.drain(..).try_for_each(|(number, plan)| {
-        unlinked |= rewrite(shared, number, &plan, &mut report)?;
+        unlinked |= rewrite(shared, number, &plan, &mut report, retained)?;
         Ok(())
     });
     if unlinked {
@@ -318,6 +350,26 @@ pub(crate) fn compact(shared: &Shared, min_share: f64) -> Result<CompactionRepor
     report.bytes_after = segment_bytes(&*shared.storage, &shared.read_index());
     report.duration = started.elapsed();
     Ok(report)
+}
+
+/// The start of the span `Options::history_retention` keeps (`None` without one): the time that
+/// long before the clock's now, and the last seq committed by then, or an earlier one where the
+/// log cannot tell (0 if it cannot read the log: everything is kept).
+fn retained_span(shared: &Shared) -> Option<(u64, i64)> {
+    let retention = shared.history_retention();
+    if retention == 0 {
+        return None;
+    }
+    let time = shared.clock.now().saturating_sub(retention);
+    let (parts, last) = shared.log_parts();
+    let seq = match past::seq_as_of(&parts, last, time) {
+        Ok(Ok(seq) | Err(seq)) => seq,
+        Err(e) => {
+            tracing::warn!("compaction keeps the whole history: the log's commit times cannot be read: {e}");
+            0
+        }
+    };
+    Some((seq, time))
 }
 
 /// Set array entries purged per hold of the index's write lock.

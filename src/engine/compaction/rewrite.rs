@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use super::spool::Spool;
 use super::{CompactionReport, Decision, Reason, SegmentPlan, Views};
+use crate::engine::history::past::Floor;
 use crate::engine::recovery::{scan_frames, ScanEnd};
 use crate::engine::shared::Shared;
 use crate::error::{Error, Result};
@@ -48,7 +49,13 @@ impl DecisionCursor<'_> {
 
 /// Rewrites segment `number` by its plan; returns whether versions no longer stored were unlinked
 /// from the ordered sets, whose arrays the caller then purges.
-pub(super) fn rewrite(shared: &Shared, number: u32, plan: &SegmentPlan, report: &mut CompactionReport) -> Result<bool> {
+pub(super) fn rewrite(
+    shared: &Shared,
+    number: u32,
+    plan: &SegmentPlan,
+    report: &mut CompactionReport,
+    retained: Option<(u64, i64)>,
+) -> Result<bool> {
     let Some(segment) = shared.read_index().segments.get(&number).cloned() else {
         return Ok(false);
     };
@@ -71,7 +78,7 @@ pub(super) fn rewrite(shared: &Shared, number: u32, plan: &SegmentPlan, report: 
     let live = shared.live_snapshots();
     {
         let index = shared.read_index();
-        let views = Views::gather(&live, &index, shared.clock.now());
+        let views = Views::gather(&live, &index, shared.clock.now(), retained);
         if !still_reclaimable(&index, &views, &updates) {
             report.segments_skipped += 1;
             return shared
@@ -80,6 +87,20 @@ pub(super) fn rewrite(shared: &Shared, number: u32, plan: &SegmentPlan, report: 
                 .map(|()| false)
                 .map_err(|e| Error::io(format!("removing {}", tmp.display()), e));
         }
+        // Views of the past that would show what this rewrite reclaims are refused from now on
+        // (the registry's lock, held, orders this before any such view is opened), and the floor
+        // is durable before the rewrite is.
+        let floor = updates
+            .iter()
+            .filter_map(|update| match update {
+                Update::Move(..) => None,
+                Update::Retire(slot, ..) | Update::Forget(slot, _) => index.slot(*slot),
+            })
+            .fold(Floor::default(), |floor, version| {
+                floor.max(views.floor_after_reclaiming(&index, &version))
+            });
+        drop(index);
+        shared.raise_floor(floor)?;
     }
     let rewritten = install(shared, &tmp, &path, len)?;
     let unlink = apply(&mut shared.write_index(), number, rewritten, updates, report);

@@ -8,5 +8,6 @@ pub(crate) mod expiry;
 pub(crate) mod feed;
 pub(crate) mod filter;
 pub(crate) mod hub;
+pub(crate) mod past;
 pub(crate) mod start;
 pub(crate) mod subscription;

@@ -79,25 +79,8 @@ fn rewritten_cut(segment: &Segment, end: u64, next_base: u64) -> Result<u64> {
         if seq > expected {
             cut = cut.max(seq - 1);
         }
-        // The frame's first record is its sync mark: read the mark alone.
-        let mark_at = at + FRAME_HEADER_BYTES as u64 + 4;
-        let mark_len = crate::num::low_u32(crate::num::u64_from_usize(
-            RECORD_HEADER_BYTES + SYNC_MARK_BODY_BYTES_V3,
-        ));
-        let mark = segment.read(mark_at, mark_len.min(len.saturating_sub(4)))?;
-        match decode_record(&mark) {
-            Ok(RecordView::SyncMark { altered, .. }) => {
-                if altered {
-                    cut = cut.max(seq);
-                }
-            }
-            _ => {
-                return Err(Error::Corrupt {
-                    file: segment.path.clone(),
-                    offset: at,
-                    reason: "a frame of a format-3 segment does not start with its sync mark".into(),
-                })
-            }
+        if frame_mark(segment, at, len)?.1 {
+            cut = cut.max(seq);
         }
         expected = seq + 1;
         at += FRAME_HEADER_BYTES as u64 + u64::from(len);
@@ -110,3 +93,23 @@ fn rewritten_cut(segment: &Segment, end: u64, next_base: u64) -> Result<u64> {
 
 /// Bytes of a format-3 sync mark's body.
 const SYNC_MARK_BODY_BYTES_V3: usize = 17;
+
+/// The commit time and `altered` flag of the sync mark of the format-3 frame at `at` (payload
+/// `len` bytes) of `segment`: its first record, read alone (its own CRC checks it).
+pub(super) fn frame_mark(segment: &Segment, at: u64, len: u32) -> Result<(Option<i64>, bool)> {
+    let mark_at = at + FRAME_HEADER_BYTES as u64 + 4;
+    let mark_len = crate::num::low_u32(crate::num::u64_from_usize(
+        RECORD_HEADER_BYTES + SYNC_MARK_BODY_BYTES_V3,
+    ));
+    let mark = segment.read(mark_at, mark_len.min(len.saturating_sub(4)))?;
+    match decode_record(&mark) {
+        Ok(RecordView::SyncMark {
+            committed_at, altered, ..
+        }) => Ok((committed_at, altered)),
+        _ => Err(Error::Corrupt {
+            file: segment.path.clone(),
+            offset: at,
+            reason: "a frame of a format-3 segment does not start with its sync mark".into(),
+        }),
+    }
+}

@@ -39,6 +39,14 @@ enum Wait {
 /// again with `after(resume_after)` loses nothing and receives nothing twice, while that history
 /// is kept ([`crate::Store::history_start`]).
 ///
+/// # Resuming
+/// Every change of one batch carries that batch's `seq`, and a batch's changes come one after
+/// another, in order. A subscriber that records what it received and may stop in the middle of a
+/// batch (a crash between two of its changes) resumes after the last batch it recorded whole: it
+/// drops what it holds of its last seq and subscribes with `after` the seq before, receiving that
+/// batch again whole. Expiries ([`Change::Expired`](crate::Change::Expired)) are live news only and
+/// are not replayed.
+///
 /// # Closing
 /// Once the store closes (its last handle dropped), a subscription returns the changes already
 /// queued to it, then [`Error::Closed`] (a call blocked in [`Subscription::recv`] wakes with it);

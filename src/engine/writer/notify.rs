@@ -10,8 +10,10 @@ use crate::log::record::{decode_record, RecordView};
 use super::{Op, Staged, Writer};
 
 impl Writer {
-    /// Hands the changes of the published `staged` batches to the hub, if anyone subscribes.
+    /// Hands the changes of the published `staged` batches to the hub, if anyone subscribes (and
+    /// writes the history floor opening found, if it is not in its file yet).
     pub(super) fn notify(&self, staged: &[Staged]) {
+        self.shared.save_floor_if_unsaved();
         let hub = &self.shared.hub;
         if !hub.has_subscribers() {
             return;
