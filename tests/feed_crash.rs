@@ -49,6 +49,8 @@ const WRITERS: u64 = 2;
 const SEGMENT_SIZE: u64 = 16 << 10;
 const CLOCK_START: i64 = 1_700_000_000;
 const SIGKILL: i32 = 9;
+/// Small, so that a slow subscriber lags and resumes after `Lagged`.
+const SUBSCRIPTION_BUFFER: usize = 500;
 const STORE_DIR: &str = "store";
 const RECORD_FILE: &str = "received.log";
 /// How long the final catch-up may take.
@@ -81,6 +83,7 @@ fn open_store(dir: &Path) -> Store {
         .durability(Durability::Immediate)
         .segment_size(SEGMENT_SIZE)
         .auto_compact(false)
+        .subscription_buffer(SUBSCRIPTION_BUFFER)
         .clock(Arc::new(ManualClock::new(CLOCK_START)))
         .open(dir)
         .unwrap_or_else(|e| panic!("opening the store in {}: {e}", dir.display()))
@@ -283,13 +286,27 @@ fn resume_record(path: &Path) -> Resumed {
     }
 }
 
+/// How long the subscriber of run `run` works on each change it recorded: two runs in three it is
+/// slow (1 ms a change, behind the writers, so it replays from the log, lags, and is killed between
+/// the lines of a batch), the third it keeps up with them (live changes).
+fn subscriber_pause(run: u64) -> Duration {
+    if run % 3 == 0 {
+        Duration::ZERO
+    } else {
+        Duration::from_millis(1)
+    }
+}
+
 /// The subscriber: resumes the record file in `root`, then appends each change it receives, one
 /// whole line per `write_all` (no fsync: a killed process leaves its writes in the page cache).
 /// With `until`, returns once it recorded that seq and the feed has nothing more for a moment;
 /// without, runs until the process is killed. `report` is told how it resumed.
-fn subscribe_and_record(store: &Store, root: &Path, until: Option<u64>, report: impl Fn(&Resumed)) {
+fn subscribe_and_record(store: &Store, root: &Path, until: Option<u64>, pause: Duration, report: &dyn Fn(String)) {
     let mut resumed = resume_record(&root.join(RECORD_FILE));
-    report(&resumed);
+    report(format!(
+        "SUB {} {} {} {}",
+        resumed.after, resumed.kept, resumed.dropped, resumed.torn
+    ));
     let mut after = resumed.after;
     let mut last = after;
     let deadline = Instant::now() + PATIENCE;
@@ -312,6 +329,9 @@ fn subscribe_and_record(store: &Store, root: &Path, until: Option<u64>, report: 
                         .write_all(line.as_bytes())
                         .expect("appending to the record");
                     last = seq;
+                    if !pause.is_zero() {
+                        std::thread::sleep(pause);
+                    }
                 }
                 Ok(None) => {
                     if let Some(until) = until {
@@ -330,6 +350,7 @@ fn subscribe_and_record(store: &Store, root: &Path, until: Option<u64>, report: 
                         resume_after, last,
                         "lagged with resume_after {resume_after}, recorded up to {last}"
                     );
+                    report(format!("LAG {resume_after}"));
                     after = resume_after;
                     break;
                 }
@@ -362,12 +383,7 @@ fn feed_crash_child() {
     {
         let store = store.clone();
         threads.push(std::thread::spawn(move || {
-            subscribe_and_record(&store, &root, None, |resumed| {
-                say(&format!(
-                    "SUB {} {} {} {}",
-                    resumed.after, resumed.kept, resumed.dropped, resumed.torn
-                ));
-            });
+            subscribe_and_record(&store, &root, None, subscriber_pause(run), &|line| say(&line));
         }));
     }
     for writer in 0..WRITERS {
@@ -418,6 +434,8 @@ struct ChildOutput {
     acks: BTreeMap<u64, Vec<Ack>>,
     /// How its subscriber resumed: after, kept, dropped, torn.
     resumed: Option<(u64, usize, usize, u64)>,
+    /// Times its subscriber lagged and subscribed again.
+    lags: u64,
 }
 
 /// Reads complete lines; a last line cut short by the kill is not an acknowledgement.
@@ -463,6 +481,8 @@ fn read_output(stdout: impl Read) -> Result<ChildOutput, String> {
                 return Err(format!("malformed line {text:?}"));
             };
             output.resumed = Some((after, kept as usize, dropped as usize, torn));
+        } else if text.contains("LAG ") {
+            output.lags += 1;
         }
     }
     Ok(output)
@@ -570,6 +590,9 @@ fn sigkilled_subscriber_resumes_with_exactly_the_acknowledged_changes() {
     let mut resumed_midway = 0u64;
     let (mut dropped_lines, mut torn_lines, mut silent, mut checks) = (0usize, 0u64, 0u64, 0u64);
     let mut record_len = 0usize;
+    let mut lags = 0u64;
+    // After each kill: the record's last seq and how many of its changes the record held.
+    let mut tails: Vec<(u64, usize)> = Vec::new();
 
     for run in 0..iterations {
         let delay = Duration::from_millis(Rng::new(0xFEED_0000 ^ run).range(20, 300));
@@ -606,6 +629,10 @@ fn sigkilled_subscriber_resumes_with_exactly_the_acknowledged_changes() {
             }
         }
         record_len = record.len();
+        lags += output.lags;
+        if let Some(seq) = record.last().and_then(Change::seq) {
+            tails.push((seq, record.iter().rev().take_while(|c| c.seq() == Some(seq)).count()));
+        }
         if output.acks.values().all(Vec::is_empty) {
             silent += 1;
         }
@@ -637,7 +664,7 @@ fn sigkilled_subscriber_resumes_with_exactly_the_acknowledged_changes() {
         0,
         "nothing compacted the feed"
     );
-    subscribe_and_record(&store, root.path(), Some(last_seq), |_| {});
+    subscribe_and_record(&store, root.path(), Some(last_seq), Duration::ZERO, &|_| {});
     let (record, ends, len) = read_record(&record_path);
     assert_eq!(
         ends.last().copied().unwrap_or(0),
@@ -660,12 +687,18 @@ fn sigkilled_subscriber_resumes_with_exactly_the_acknowledged_changes() {
         assert_eq!(recorded, fed, "change {i} of the record is not the feed's");
     }
     check_feed_against_acks(&feed, &acks, iterations, "final");
+    // Kills that left a batch recorded in part, which the next subscriber had to record again whole.
+    let mut per_seq: BTreeMap<u64, usize> = BTreeMap::new();
+    for change in &feed {
+        *per_seq.entry(change.seq().expect("seq")).or_default() += 1;
+    }
+    let partial_batches = tails.iter().filter(|(seq, held)| per_seq[seq] > *held).count();
 
     let acknowledged: usize = acks.values().map(Vec::len).sum();
     println!(
         "feed crash test: {iterations} kills in {:.1?}: {} changes in {last_seq} seqs, {acknowledged} acknowledged \
          operations, {silent} children acknowledged nothing, {resumed_midway} subscribers resumed mid-way and \
-         recorded more, {dropped_lines} lines of a last seq dropped on resuming, {torn_lines} torn bytes cut, \
+         recorded more, {lags} lags, {partial_batches} kills left a batch recorded in part, {dropped_lines} lines of a last seq dropped on resuming, {torn_lines} torn bytes cut, \
          {checks} intermediate checks, {} segments",
         started.elapsed(),
         feed.len(),
@@ -674,6 +707,10 @@ fn sigkilled_subscriber_resumes_with_exactly_the_acknowledged_changes() {
     assert!(
         acknowledged > 0,
         "no child acknowledged anything: the test proves nothing"
+    );
+    assert!(
+        iterations < 20 || partial_batches > 0,
+        "no kill left a batch recorded in part: resuming after a partial batch was not tested"
     );
     assert!(
         iterations < 10 || resumed_midway >= 3,
