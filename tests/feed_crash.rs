@@ -105,7 +105,11 @@ fn owner(id: &str) -> Option<(u64, u64)> {
 fn written_item(run: u64, writer: u64, k: u64, version: u64) -> ContextItem {
     ContextItem::new(
         item_id(run, writer, k),
-        if k % 2 == 0 { "document_chunk" } else { "tool_result" },
+        if k.is_multiple_of(2) {
+            "document_chunk"
+        } else {
+            "tool_result"
+        },
         json!({
             "run": run,
             "writer": writer,
@@ -178,9 +182,15 @@ impl Script {
         }
     }
 
+    /// The index of one of the ids it holds (there must be one).
+    fn pick_live(&mut self) -> usize {
+        let at = self.rng.range(0, self.live.len() as u64 - 1);
+        usize::try_from(at).expect("an index below the length")
+    }
+
     fn next_op(&mut self) -> Op {
         if !self.live.is_empty() && self.rng.range(0, 99) < 20 {
-            let at = self.rng.range(0, self.live.len() as u64 - 1) as usize;
+            let at = self.pick_live();
             let (k, _) = self.live.swap_remove(at);
             return Op::Delete(item_id(self.run, self.writer, k));
         }
@@ -189,7 +199,7 @@ impl Script {
         let mut items = Vec::new();
         for _ in 0..size {
             let reuse = (!self.live.is_empty() && self.rng.range(0, 99) < 40)
-                .then(|| self.rng.range(0, self.live.len() as u64 - 1) as usize)
+                .then(|| self.pick_live())
                 .filter(|at| !touched.contains(&self.live[*at].0));
             let (k, version) = match reuse {
                 Some(at) => {
@@ -290,7 +300,7 @@ fn resume_record(path: &Path) -> Resumed {
 /// slow (1 ms a change, behind the writers, so it replays from the log, lags, and is killed between
 /// the lines of a batch), the third it keeps up with them (live changes).
 fn subscriber_pause(run: u64) -> Duration {
-    if run % 3 == 0 {
+    if run.is_multiple_of(3) {
         Duration::ZERO
     } else {
         Duration::from_millis(1)
@@ -480,7 +490,8 @@ fn read_output(stdout: impl Read) -> Result<ChildOutput, String> {
             let [after, kept, dropped, torn] = words[..] else {
                 return Err(format!("malformed line {text:?}"));
             };
-            output.resumed = Some((after, kept as usize, dropped as usize, torn));
+            let count = |n: u64| usize::try_from(n).map_err(|_| format!("malformed line {text:?}"));
+            output.resumed = Some((after, count(kept)?, count(dropped)?, torn));
         } else if text.contains("LAG ") {
             output.lags += 1;
         }
@@ -698,8 +709,9 @@ fn sigkilled_subscriber_resumes_with_exactly_the_acknowledged_changes() {
     println!(
         "feed crash test: {iterations} kills in {:.1?}: {} changes in {last_seq} seqs, {acknowledged} acknowledged \
          operations, {silent} children acknowledged nothing, {resumed_midway} subscribers resumed mid-way and \
-         recorded more, {lags} lags, {partial_batches} kills left a batch recorded in part, {dropped_lines} lines of a last seq dropped on resuming, {torn_lines} torn bytes cut, \
-         {checks} intermediate checks, {} segments",
+         recorded more, {lags} lags, {partial_batches} kills left a batch recorded in part, {dropped_lines} \
+         lines of a last seq dropped on resuming, {torn_lines} torn bytes cut, {checks} intermediate checks, \
+         {} segments",
         started.elapsed(),
         feed.len(),
         store.stats().segments,
