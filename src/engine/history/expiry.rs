@@ -9,9 +9,10 @@
 //! stale entry that is dropped then, unannounced.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use super::change::Change;
-use super::hub::{LiveBatch, LiveChange};
+use super::hub::LiveChange;
 use crate::error::Error;
 use crate::index::{Index, NEVER_EXPIRES};
 use crate::read::record::read_identity;
@@ -43,14 +44,10 @@ impl Expiries {
         self.due.len()
     }
 
-    /// Adds the expiring versions a delivered batch added.
-    pub(crate) fn note(&mut self, batch: &LiveBatch) {
-        for live in &batch.changes {
-            if let (Change::Added { id, .. }, Some(at)) = (&live.change, live.expires_at) {
-                if at != NEVER_EXPIRES {
-                    self.due.insert((at, id.as_str().into()));
-                }
-            }
+    /// Adds the expiry of an added version.
+    pub(crate) fn note(&mut self, at: i64, id: &str) {
+        if at != NEVER_EXPIRES {
+            self.due.insert((at, id.into()));
         }
     }
 
@@ -86,14 +83,13 @@ impl Expiries {
                 .map(|kind| kind.to_string());
             let scope = index.scopes.value(version.scope).cloned();
             expired.push(LiveChange {
-                change: Change::Expired {
+                change: Arc::new(Change::Expired {
                     id: id.into_string(),
                     version: version_string,
                     expired_at: at,
-                },
+                }),
                 kind,
                 scope,
-                expires_at: None,
             });
         }
         expired

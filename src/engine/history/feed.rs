@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use super::change::Change;
 use crate::error::{Error, Result};
-use crate::item::format_hash;
-use crate::log::record::{decode_batch, read_frame, RecordView, FRAME_HEADER_BYTES};
+use crate::item::{expiry, format_hash};
+use crate::log::record::{decode_batch, read_frame, PutView, RecordView, ScopeView, FRAME_HEADER_BYTES};
 use crate::log::segment::{Segment, SEGMENT_HEADER_BYTES};
 
 /// [`FRAME_HEADER_BYTES`] as a read length (a few bytes: it fits).
@@ -170,6 +170,109 @@ pub(crate) fn decode_changes<'a>(
     records: impl Iterator<Item = RecordView<'a>>,
     out: &mut VecDeque<(Change, Option<String>)>,
 ) -> std::result::Result<(), String> {
+    each_change(seq, records, |change, kind, _| out.push_back((change, kind)))
+}
+
+/// [`decode_changes`], calling `each(change, kind, expires_at)`: `kind` the type of a deleted
+/// version, `expires_at` when an added one expires (`None`: never).
+pub(crate) fn each_change<'a>(
+    seq: u64,
+    records: impl Iterator<Item = RecordView<'a>>,
+    mut each: impl FnMut(Change, Option<String>, Option<i64>),
+) -> std::result::Result<(), String> {
+    each_change_view(seq, records, |view| {
+        each(
+            view.to_change(seq),
+            view.deleted_kind().map(str::to_owned),
+            view.expires_at(),
+        );
+    })
+}
+
+/// A change as its record says it, borrowed from the frame: what a reader needs to decide whether
+/// it wants the change at all, before it builds one ([`ChangeView::to_change`]).
+#[derive(Clone, Copy)]
+pub(crate) enum ChangeView<'a> {
+    Added {
+        put: &'a PutView<'a>,
+        committed_at: i64,
+    },
+    Deleted {
+        id: &'a str,
+        scope: ScopeView<'a>,
+        kind: Option<&'a str>,
+        committed_at: i64,
+    },
+}
+
+impl<'a> ChangeView<'a> {
+    /// The id the change concerns.
+    pub(crate) fn id(&self) -> &'a str {
+        match self {
+            ChangeView::Added { put, .. } => put.id,
+            ChangeView::Deleted { id, .. } => id,
+        }
+    }
+
+    /// The type of the item the change concerns, if known.
+    pub(crate) fn kind(&self) -> Option<&'a str> {
+        match self {
+            ChangeView::Added { put, .. } => Some(put.kind),
+            ChangeView::Deleted { kind, .. } => *kind,
+        }
+    }
+
+    /// The type of a deleted version (which its `Change` does not carry).
+    pub(crate) fn deleted_kind(&self) -> Option<&'a str> {
+        match self {
+            ChangeView::Added { .. } => None,
+            ChangeView::Deleted { kind, .. } => *kind,
+        }
+    }
+
+    /// When an added version expires (`None`: never, or not an add).
+    pub(crate) fn expires_at(&self) -> Option<i64> {
+        match self {
+            ChangeView::Added { put, .. } => expiry(put.timestamp, put.ttl_seconds),
+            ChangeView::Deleted { .. } => None,
+        }
+    }
+
+    /// The change, owned, as batch `seq` committed it.
+    pub(crate) fn to_change(self, seq: u64) -> Change {
+        match self {
+            ChangeView::Added { put, committed_at } => Change::Added {
+                seq,
+                committed_at,
+                id: put.id.to_owned(),
+                version: put.version.to_owned(),
+                hash: format_hash(&put.hash),
+                kind: put.kind.to_owned(),
+                scope: put.scope.to_scope(),
+                timestamp: put.timestamp,
+            },
+            ChangeView::Deleted {
+                id,
+                scope,
+                committed_at,
+                ..
+            } => Change::Deleted {
+                seq,
+                committed_at,
+                id: id.to_owned(),
+                scope: scope.to_scope(),
+            },
+        }
+    }
+}
+
+/// Calls `each` with every change of the records of batch `seq`, in order (see
+/// [`decode_changes`]).
+pub(crate) fn each_change_view<'a>(
+    seq: u64,
+    records: impl Iterator<Item = RecordView<'a>>,
+    mut each: impl FnMut(ChangeView<'_>),
+) -> std::result::Result<(), String> {
     let mut committed_at = None;
     for record in records {
         let at = || committed_at.ok_or_else(|| format!("batch {seq} has no commit time (no format-3 sync mark first)"));
@@ -181,32 +284,20 @@ pub(crate) fn decode_changes<'a>(
             RecordView::SyncMark { committed_at: None, .. } => {
                 return Err(format!("batch {seq} has a sync mark without a commit time"))
             }
-            RecordView::Put(put) => out.push_back((
-                Change::Added {
-                    seq,
-                    committed_at: at()?,
-                    id: put.id.to_owned(),
-                    version: put.version.to_owned(),
-                    hash: format_hash(&put.hash),
-                    kind: put.kind.to_owned(),
-                    scope: put.scope.to_scope(),
-                    timestamp: put.timestamp,
-                },
-                None,
-            )),
+            RecordView::Put(put) => each(ChangeView::Added {
+                put: &put,
+                committed_at: at()?,
+            }),
             RecordView::Delete {
                 id,
                 scope: Some(scope),
                 kind,
-            } => out.push_back((
-                Change::Deleted {
-                    seq,
-                    committed_at: at()?,
-                    id: id.to_owned(),
-                    scope: scope.to_scope(),
-                },
-                kind.map(str::to_owned),
-            )),
+            } => each(ChangeView::Deleted {
+                id,
+                scope,
+                kind,
+                committed_at: at()?,
+            }),
             RecordView::Delete { scope: None, .. }
             | RecordView::RegisterType { .. }
             | RecordView::Retired { .. }

@@ -14,9 +14,12 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 use super::change::Change;
 use super::expiry::Expiries;
+use super::feed::{each_change_view, frame_len_and_seq};
 use super::filter::ChangeFilter;
 use crate::engine::shared::Shared;
+use crate::index::FastMap;
 use crate::item::Scope;
+use crate::log::record::{split_batch, RawRecord, FRAME_HEADER_BYTES};
 
 /// `Options::subscription_buffer`'s default.
 pub(crate) const SUBSCRIPTION_BUFFER_DEFAULT: usize = 10_000;
@@ -25,26 +28,26 @@ pub(crate) const SUBSCRIPTION_BUFFER_DEFAULT: usize = 10_000;
 /// not say.
 #[derive(Debug, Clone)]
 pub(crate) struct LiveChange {
-    pub(crate) change: Change,
+    /// Shared by every subscriber it is queued to (each receives its own copy).
+    pub(crate) change: Arc<Change>,
     /// The type of its item where the change does not carry it (`None`: not known).
     pub(crate) kind: Option<String>,
     /// The scope of an expired item (the other changes carry theirs).
     pub(crate) scope: Option<Scope>,
-    /// When an added version expires (`None`: never, or not an add).
-    pub(crate) expires_at: Option<i64>,
 }
 
-/// The changes of one published batch, in its order.
-#[derive(Debug, Clone)]
-pub(crate) struct LiveBatch {
+/// A published batch's frame as the writer wrote it (a format 3 frame: header, then its records,
+/// its sync mark first).
+#[derive(Debug)]
+pub(crate) struct WrittenFrame {
     pub(crate) seq: u64,
-    pub(crate) changes: Vec<LiveChange>,
+    pub(crate) bytes: Vec<u8>,
 }
 
 /// What the dispatcher thread is told.
 enum Event {
     /// Batches published, in sequence order.
-    Published(Vec<LiveBatch>),
+    Published(Vec<WrittenFrame>),
     /// The durable sequence number moved.
     Synced,
     /// The store is closing: deliver what is durable and stop.
@@ -64,7 +67,7 @@ const EXPIRY_POLL: Duration = Duration::from_millis(200);
 /// subscription.
 #[derive(Debug, Default)]
 pub(crate) struct Queue {
-    pub(crate) changes: VecDeque<Change>,
+    pub(crate) changes: VecDeque<Arc<Change>>,
     /// Set when a batch did not fit: nothing more is queued.
     pub(crate) lagged: bool,
     /// Set when the store closed.
@@ -102,8 +105,70 @@ impl Subscriber {
 #[derive(Default)]
 struct HubState {
     subscribers: Vec<Arc<Subscriber>>,
+    /// Which subscribers each change may concern, rebuilt as subscribers come and go.
+    routes: Routes,
     dispatcher: Option<JoinHandle<()>>,
     closed: bool,
+}
+
+/// The subscribers (positions in [`HubState::subscribers`]) a change may concern, so that a
+/// delivery looks only at those instead of every filter: a filter with ids is found by id, one
+/// with types (and no ids) by type, and one with neither is looked at for every change. The
+/// filter itself then decides (its scopes, the subscriber's session).
+#[derive(Debug, Default)]
+struct Routes {
+    by_id: FastMap<String, Vec<usize>>,
+    by_type: FastMap<String, Vec<usize>>,
+    /// Every subscriber with types and no ids: for a change whose type is not known.
+    typed: Vec<usize>,
+    general: Vec<usize>,
+}
+
+impl Routes {
+    fn of(subscribers: &[Arc<Subscriber>]) -> Routes {
+        let mut routes = Routes::default();
+        for (at, subscriber) in subscribers.iter().enumerate() {
+            routes.add(at, subscriber);
+        }
+        routes
+    }
+
+    /// Routes to the subscriber at position `at`.
+    fn add(&mut self, at: usize, subscriber: &Subscriber) {
+        let filter = &subscriber.filter;
+        if !filter.ids.is_empty() {
+            for id in &filter.ids {
+                self.by_id.entry(id.clone()).or_default().push(at);
+            }
+        } else if !filter.types.is_empty() {
+            for kind in &filter.types {
+                self.by_type.entry(kind.clone()).or_default().push(at);
+            }
+            self.typed.push(at);
+        } else {
+            self.general.push(at);
+        }
+    }
+
+    /// Calls `each` with every subscriber a change of `id` (if it has one) and `kind` (if known)
+    /// may concern, each once.
+    fn each_candidate(&self, id: Option<&str>, kind: Option<&str>, mut each: impl FnMut(usize)) {
+        if let Some(id) = id {
+            self.by_id.get(id).into_iter().flatten().copied().for_each(&mut each);
+        }
+        match kind {
+            Some(kind) => self
+                .by_type
+                .get(kind)
+                .into_iter()
+                .flatten()
+                .copied()
+                .for_each(&mut each),
+            // A change of an unknown type passes every type filter.
+            None => self.typed.iter().copied().for_each(&mut each),
+        }
+        self.general.iter().copied().for_each(each);
+    }
 }
 
 /// The live subscriptions of a store.
@@ -169,7 +234,7 @@ impl Hub {
     }
 
     /// Hands published batches (in sequence order) to the dispatcher.
-    pub(crate) fn publish(&self, batches: Vec<LiveBatch>) {
+    pub(crate) fn publish(&self, batches: Vec<WrittenFrame>) {
         if !batches.is_empty() {
             self.send(Event::Published(batches));
         }
@@ -209,6 +274,8 @@ impl Hub {
         if state.subscribers.is_empty() {
             self.send(Event::Watch(watch()));
         }
+        let at = state.subscribers.len();
+        state.routes.add(at, &subscriber);
         state.subscribers.push(subscriber);
         self.count.fetch_add(1, Ordering::AcqRel);
         Ok(Some(()))
@@ -259,7 +326,7 @@ impl Hub {
     /// The dispatcher thread: delivers each batch once it is durable (at once unless the hub
     /// holds batches), and each expiry once the clock reaches it, until the hub closes.
     fn dispatch(&self, inbox: &Receiver<Event>, shared: &Weak<Shared>) {
-        let mut pending: VecDeque<LiveBatch> = VecDeque::new();
+        let mut pending: VecDeque<WrittenFrame> = VecDeque::new();
         let mut expiries: Option<Expiries> = None;
         loop {
             let watching = expiries.as_ref().is_some_and(|expiries| expiries.len() > 0);
@@ -312,67 +379,233 @@ impl Hub {
         let found = expired.len();
         if found > 0 {
             // No sequence number: every live subscriber is past it.
-            self.deliver(&[LiveBatch {
-                seq: u64::MAX,
-                changes: expired,
-            }]);
+            self.deliver(&expired);
         }
         found
     }
 
     /// Delivers the pending batches that are durable, and watches the expiries they add.
-    fn deliver_durable(&self, pending: &mut VecDeque<LiveBatch>, expiries: Option<&mut Expiries>) {
+    fn deliver_durable(&self, pending: &mut VecDeque<WrittenFrame>, expiries: Option<&mut Expiries>) {
         let durable = if self.holds() { self.durable() } else { u64::MAX };
         let ready = pending.iter().take_while(|batch| batch.seq <= durable).count();
         if ready > 0 {
-            let batches: Vec<LiveBatch> = pending.drain(..ready).collect();
-            self.deliver(&batches);
-            if let Some(expiries) = expiries {
-                for batch in &batches {
-                    expiries.note(batch);
-                }
-            }
+            let frames: Vec<WrittenFrame> = pending.drain(..ready).collect();
+            self.deliver_frames(&frames, expiries);
         }
     }
 
-    /// Queues each batch's matching changes to each subscriber, all of a batch or none: a
-    /// subscriber they would take past its buffer is lagged (nothing more is queued to it) and
-    /// leaves the hub.
-    fn deliver(&self, batches: &[LiveBatch]) {
-        let buffer = self.buffer.load(Ordering::Relaxed);
+    /// Delivers the changes of `frames` (see [`Hub::queue`]), reading each record in place: a
+    /// change is built only once a subscriber it may concern is found ([`Routes`]), so that a
+    /// batch nobody wants costs no allocation per change.
+    fn deliver_frames(&self, frames: &[WrittenFrame], mut expiries: Option<&mut Expiries>) {
         let mut state = self.state();
-        let mut lagged = Vec::new();
-        for subscriber in &state.subscribers {
-            let mut queue = subscriber.queue();
-            let before = queue.changes.len();
-            for batch in batches.iter().filter(|batch| batch.seq > subscriber.live_after) {
-                let matching = batch.changes.iter().filter(|live| subscriber.matches(live));
-                let count = matching.clone().count();
-                if count == 0 {
+        let mut matched = Matched::default();
+        for (at, frame) in frames.iter().enumerate() {
+            // Bytes the writer encoded a moment ago, never read back from a disk: no CRC to check.
+            let (len, _) = frame_len_and_seq(&frame.bytes);
+            let payload = frame
+                .bytes
+                .get(FRAME_HEADER_BYTES..FRAME_HEADER_BYTES + crate::num::usize_from_u32(len))
+                .unwrap_or_default();
+            let records = match split_batch(payload)
+                .and_then(|records| {
+                    records
+                        .iter()
+                        .map(RawRecord::decode_encoded)
+                        .collect::<Result<Vec<_>, _>>()
+                })
+                .map_err(|e| e.0)
+            {
+                Ok(records) => records,
+                Err(reason) => {
+                    // The writer encoded it a moment ago: a bug, not damage on a disk.
+                    tracing::error!("batch {} cannot be decoded for its subscribers: {reason}", frame.seq);
                     continue;
                 }
-                if queue.changes.len() + count > buffer {
+            };
+            let state = &*state;
+            let decoded = each_change_view(frame.seq, records.into_iter(), |view| {
+                if let (Some(expiries), Some(expires_at)) = (expiries.as_deref_mut(), view.expires_at()) {
+                    expiries.note(expires_at, view.id());
+                }
+                let mut built: Option<LiveChange> = None;
+                state.routes.each_candidate(Some(view.id()), view.kind(), |position| {
+                    let Some(subscriber) = state.subscribers.get(position) else {
+                        return;
+                    };
+                    if frame.seq <= subscriber.live_after {
+                        return;
+                    }
+                    let live = built.get_or_insert_with(|| LiveChange {
+                        change: Arc::new(view.to_change(frame.seq)),
+                        kind: view.deleted_kind().map(str::to_owned),
+                        scope: None,
+                    });
+                    if subscriber.matches(live) {
+                        add_match(&mut matched, position, at, &live.change);
+                    }
+                });
+            });
+            if let Err(reason) = decoded {
+                tracing::error!("batch {} cannot be decoded for its subscribers: {reason}", frame.seq);
+            }
+        }
+        self.queue(&mut state, matched);
+    }
+
+    /// Delivers changes that no batch committed (expiries) to every subscriber they concern.
+    fn deliver(&self, changes: &[LiveChange]) {
+        let mut state = self.state();
+        let mut matched = Matched::default();
+        for live in changes {
+            let kind = match &*live.change {
+                Change::Added { kind, .. } => Some(kind.as_str()),
+                _ => live.kind.as_deref(),
+            };
+            state.routes.each_candidate(live.change.id(), kind, |position| {
+                if state
+                    .subscribers
+                    .get(position)
+                    .is_some_and(|subscriber| subscriber.matches(live))
+                {
+                    add_match(&mut matched, position, 0, &live.change);
+                }
+            });
+        }
+        self.queue(&mut state, matched);
+    }
+
+    /// Queues each subscriber's matching changes, batch by batch, all of a batch or none: a
+    /// subscriber they would take past its buffer is lagged (nothing more is queued to it) and
+    /// leaves the hub. Each queue is locked once.
+    fn queue(&self, state: &mut HubState, matched: Matched) {
+        let buffer = self.buffer.load(Ordering::Relaxed);
+        let mut lagged = Vec::new();
+        for (position, per_batch) in matched {
+            let Some(subscriber) = state.subscribers.get(position) else {
+                continue;
+            };
+            let mut queue = subscriber.queue();
+            if queue.lagged {
+                continue;
+            }
+            for (_, changes) in per_batch {
+                if queue.changes.len() + changes.len() > buffer {
                     queue.lagged = true;
                     lagged.push(Arc::clone(subscriber));
                     break;
                 }
-                queue.changes.extend(matching.map(|live| live.change.clone()));
+                queue.changes.extend(changes);
             }
-            let woke = queue.lagged || queue.changes.len() > before;
             drop(queue);
-            if woke {
-                subscriber.ready.notify_all();
-            }
+            subscriber.ready.notify_all();
         }
         for subscriber in &lagged {
-            remove(&mut state, &self.count, subscriber);
+            remove(state, &self.count, subscriber);
         }
+    }
+}
+
+/// Per subscriber (by position): its matching changes, batch by batch (batch index, changes).
+type Matched = FastMap<usize, Vec<(usize, Vec<Arc<Change>>)>>;
+
+/// Adds `change` of batch `batch` to what `position` is to receive.
+fn add_match(matched: &mut Matched, position: usize, batch: usize, change: &Arc<Change>) {
+    let mine = matched.entry(position).or_default();
+    match mine.last_mut() {
+        Some((last, changes)) if *last == batch => changes.push(Arc::clone(change)),
+        _ => mine.push((batch, vec![Arc::clone(change)])),
     }
 }
 
 fn remove(state: &mut HubState, count: &AtomicUsize, subscriber: &Arc<Subscriber>) {
     if let Some(at) = state.subscribers.iter().position(|s| Arc::ptr_eq(s, subscriber)) {
         state.subscribers.swap_remove(at);
+        state.routes = Routes::of(&state.subscribers);
         count.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::item::Scope;
+
+    fn subscriber(filter: ChangeFilter) -> Arc<Subscriber> {
+        Arc::new(Subscriber {
+            filter,
+            session: None,
+            live_after: 0,
+            queue: Mutex::new(Queue::default()),
+            ready: Condvar::new(),
+        })
+    }
+
+    fn live(id: &str, kind: Option<&str>, added: bool) -> LiveChange {
+        let change = if added {
+            Change::Added {
+                seq: 1,
+                committed_at: 0,
+                id: id.into(),
+                version: "1".into(),
+                hash: String::new(),
+                kind: kind.unwrap_or("none").into(),
+                scope: Scope::GlobalWritable,
+                timestamp: 0,
+            }
+        } else {
+            Change::Deleted {
+                seq: 1,
+                committed_at: 0,
+                id: id.into(),
+                scope: Scope::GlobalWritable,
+            }
+        };
+        LiveChange {
+            change: Arc::new(change),
+            kind: if added { None } else { kind.map(str::to_owned) },
+            scope: None,
+        }
+    }
+
+    /// Every subscriber whose filter passes a change is among its candidates, once; the others
+    /// are left out unless their filter sets neither ids nor types.
+    #[test]
+    fn routes_find_every_subscriber_a_change_concerns_once() {
+        let subscribers = vec![
+            subscriber(ChangeFilter::new().ids(["a", "b"])),
+            subscriber(ChangeFilter::new().types(["t1", "t2"])),
+            subscriber(ChangeFilter::new()),
+            subscriber(ChangeFilter::new().ids(["c"]).types(["t1"])),
+            subscriber(ChangeFilter::new().types(["t3"])),
+            subscriber(ChangeFilter::new().scopes([Scope::GlobalReadonly])),
+        ];
+        let routes = Routes::of(&subscribers);
+        let cases = [
+            live("a", Some("t1"), true),
+            live("b", Some("t3"), true),
+            live("c", Some("t2"), true),
+            live("z", Some("t9"), true),
+            live("a", None, false),
+            live("c", Some("t1"), false),
+        ];
+        for change in &cases {
+            let mut found = Vec::new();
+            let kind = match &*change.change {
+                Change::Added { kind, .. } => Some(kind.as_str()),
+                _ => change.kind.as_deref(),
+            };
+            routes.each_candidate(change.change.id(), kind, |at| found.push(at));
+            let mut unique = found.clone();
+            unique.sort_unstable();
+            unique.dedup();
+            assert_eq!(unique.len(), found.len(), "{change:?}: a subscriber twice");
+            for (at, subscriber) in subscribers.iter().enumerate() {
+                if subscriber.matches(change) {
+                    assert!(found.contains(&at), "{change:?}: subscriber {at} missed");
+                }
+            }
+            assert!(found.contains(&2) && found.contains(&5), "{change:?}: the general ones");
+        }
     }
 }

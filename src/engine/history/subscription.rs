@@ -239,8 +239,8 @@ impl Subscription {
         loop {
             if queue.lagged {
                 // The rest of the batch it is in the middle of, then the end.
-                if queue.changes.front().and_then(Change::seq) == Some(self.last_seq) {
-                    return Ok(queue.changes.pop_front());
+                if queue.changes.front().and_then(|change| change.seq()) == Some(self.last_seq) {
+                    return Ok(queue.changes.pop_front().map(Arc::unwrap_or_clone));
                 }
                 queue.changes = std::collections::VecDeque::new();
                 self.resume_after = Some(self.last_seq);
@@ -252,7 +252,8 @@ impl Subscription {
                 if let Some(seq) = change.seq() {
                     self.last_seq = seq;
                 }
-                return Ok(Some(change));
+                // The last subscriber to take a change takes it without a copy.
+                return Ok(Some(Arc::unwrap_or_clone(change)));
             }
             if queue.closed {
                 return Err(Error::Closed);

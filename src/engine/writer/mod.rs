@@ -245,7 +245,7 @@ impl Writer {
         } else {
             self.publish(&staged);
         }
-        self.notify(&staged);
+        self.notify(&mut staged);
         for batch in staged {
             let _ = batch.reply.send(Ok(Answer {
                 outcomes: batch.outcomes,

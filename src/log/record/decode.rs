@@ -38,6 +38,12 @@ impl<'a> RawRecord<'a> {
         RecordTag::try_from(self.tag)
     }
 
+    /// Decodes the record's body without its CRC: for a record this process encoded itself and
+    /// still holds in memory (a frame the writer has just written), which no disk has touched.
+    pub(crate) fn decode_encoded(&self) -> Result<RecordView<'a>, DecodeError> {
+        decode_body(self.tag, self.body)
+    }
+
     /// Checks the record's CRC and decodes its body.
     pub(crate) fn decode(&self) -> Result<RecordView<'a>, DecodeError> {
         if crc32fast::hash(self.body) != self.crc {
