@@ -222,6 +222,14 @@ def cut_power(after, seed):
     return bytes([17, after, seed & 255, seed >> 8])
 
 
+def past_at(pick, *rs):
+    return bytes([18, pick, ALL]) + refs(*rs)
+
+
+def past_as_of(pick, *rs):
+    return bytes([19, pick, ALL]) + refs(*rs)
+
+
 IMMEDIATE, NEVER = b"\x00", b"\x01"
 IMMEDIATE_COMPRESSED, NEVER_COMPRESSED = b"\x02", b"\x03"
 # Content 4 of the pool is long and repetitive: stored compressed under compression.
@@ -253,6 +261,11 @@ stateful = {
     "rotate-crash": IMMEDIATE + b"".join(fill[:8]) + crash(1) + b"".join(fill[8:]) + crash(2) + COMPACT + crash(3),
     "compressed-rotate-compact": IMMEDIATE_COMPRESSED + b"".join(packed) + pin("p1") + advance(6) + COMPACT
     + resolve("a", "b", "c") + open_pinned("p1", "a", ("a", "1")) + REOPEN + resolve("a", "b") + crash(5),
+    "past-views": IMMEDIATE + b"".join(fill[:4]) + advance(2) + b"".join(fill[4:8])
+    + past_at(1, "a", ("a", "1")) + past_as_of(5, "a", "b") + advance(6) + COMPACT + past_at(0, "a")
+    + past_as_of(3, "a") + REOPEN + past_at(2, "a", "b") + crash(4) + b"".join(fill[8:10]) + past_at(1, "a"),
+    "never-past-views": NEVER + b"".join(fill[:6]) + past_at(3, "a") + FLUSH + past_as_of(2, "b") + crash(3)
+    + b"".join(fill[6:9]) + past_at(0, "a") + past_as_of(1, "a", ("b", "1")),
     "never-compressed-cut-in-compact": NEVER_COMPRESSED + b"".join(packed) + advance(6)
     + add(item("a", "3", content=4)) + cut_power(9, 6) + COMPACT + get() + resolve("a", ("a", "3")),
 }

@@ -57,6 +57,9 @@ const SNAPS_MAX: usize = 4;
 struct Candidate {
     history: Vec<State>,
     snaps: Vec<View>,
+    /// Every batch committed since the last power cut: (seq, commit time, the model right after
+    /// it), for views of the past. Every candidate has as many, for the same batches.
+    past: Vec<(u64, i64, crate::testing::model::Model)>,
 }
 
 impl Candidate {
@@ -151,6 +154,8 @@ struct Run {
     /// Counts power cuts: a snapshot handle taken before one is not kept.
     cuts: u64,
     step: usize,
+    /// Whether a compaction ran (it may have raised the floor of the views of the past).
+    compacted: bool,
 }
 
 impl Run {
@@ -232,6 +237,7 @@ impl Run {
                         let mut next = Candidate {
                             history: vec![candidate.current().clone()],
                             snaps: candidate.snaps.clone(),
+                            past: Vec::new(),
                         };
                         let _ = apply(&mut next);
                         candidate.history.push(next.current().clone());
@@ -291,9 +297,12 @@ impl Run {
         for candidate in &self.worlds {
             for state in &candidate.history {
                 if state.observation(now) == seen && feed_shows(state, &feed) {
+                    // Batches after the last durable state may be gone, and their seqs taken
+                    // by others: no view of the past is checked from before the cut.
                     survivors.push(Candidate {
                         history: vec![state.clone()],
                         snaps: Vec::new(),
+                        past: Vec::new(),
                     });
                 }
             }
@@ -323,6 +332,83 @@ impl Run {
             }
         }
         self.store = Some(store);
+    }
+
+    /// Records, in every candidate, the batch the last operation committed, if it did.
+    fn note_batch(&mut self) {
+        let Some(store) = self.store.as_ref() else {
+            return;
+        };
+        let seq = store.last_seq();
+        let now = self.clock.now();
+        for candidate in &mut self.worlds {
+            if seq > candidate.past.last().map_or(0, |(last, ..)| *last) {
+                let model = candidate.current().model.clone();
+                candidate.past.push((seq, now, model));
+            }
+        }
+    }
+
+    /// `snapshot_at` (or, with `at` false, `snapshot_as_of` the commit time) of a batch committed
+    /// since the last power cut, picked by `pick`: answered as a candidate's model was then, or
+    /// refused with `HistoryCompacted` once a compaction ran. Candidates it contradicts are dropped.
+    fn past(&mut self, at: bool, pick: u8, query: &QuerySpec, refs: &[Ref]) {
+        let step = self.step;
+        let Some((seq, time)) = self.worlds.first().and_then(|candidate| {
+            let len = candidate.past.len();
+            (len > 0).then(|| {
+                candidate
+                    .past
+                    .get(usize::from(pick) % len)
+                    .map(|(seq, time, _)| (*seq, *time))
+            })?
+        }) else {
+            return;
+        };
+        let store = self.store();
+        let result = if at {
+            store.snapshot_at(seq)
+        } else {
+            store.snapshot_as_of(time)
+        };
+        let answers = result.and_then(|snapshot| {
+            let texts: Vec<String> = refs.iter().map(ref_text).collect();
+            Ok((
+                snapshot.taken_at(),
+                snapshot.get(&query.query())?,
+                snapshot.resolve(&texts)?,
+                snapshot.digest()?,
+            ))
+        });
+        let seen = match answers {
+            Ok(seen) => seen,
+            Err(_) if self.disk.is_powered_off() => return,
+            Err(Error::HistoryCompacted { .. }) if self.compacted => return,
+            Err(e) => panic!("step {step}: a view of the past (seq {seq}, time {time}) failed: {e:?}"),
+        };
+        let expected = |candidate: &Candidate| {
+            // As of `time`: the last batch committed by then.
+            let model = if at {
+                candidate.past.iter().find(|(s, ..)| *s == seq)
+            } else {
+                candidate.past.iter().rev().find(|(_, t, _)| *t <= time)
+            }
+            .map(|(_, _, model)| model.clone())
+            .unwrap_or_default();
+            let view = View {
+                model,
+                taken_at: time,
+                session: None,
+                step,
+            };
+            (time, view.get(query), view.resolve(refs), view.digest())
+        };
+        if !self.worlds.iter().any(|candidate| expected(candidate) == seen) {
+            panic!(
+                "step {step}: a view of the past (seq {seq}, time {time}) answered {seen:?}, which no candidate allows"
+            );
+        }
+        self.worlds.retain(|candidate| expected(candidate) == seen);
     }
 
     /// `verify()` finds nothing and no `.tmp` file is left.
@@ -433,7 +519,12 @@ impl Run {
             }
             Op::ReadSnap { snap, query, refs } => self.read_snapshot(*snap, query, refs),
             Op::Advance(secs) => self.clock.advance(*secs),
-            Op::Compact => self.compact(now),
+            Op::Compact => {
+                self.compacted = true;
+                self.compact(now);
+            }
+            Op::PastAt { pick, query, refs } => self.past(true, *pick, query, refs),
+            Op::PastAsOf { pick, query, refs } => self.past(false, *pick, query, refs),
             Op::Pin { name, view } => self.pin(name, *view, now),
             Op::Unpin(name) => {
                 let store = self.store();
@@ -711,8 +802,10 @@ pub fn run_on(data: &[u8], disk: SimDisk) {
         worlds: vec![Candidate {
             history: vec![State::default()],
             snaps: Vec::new(),
+            past: Vec::new(),
         }],
         last_seq: 0,
+        compacted: false,
         armed: None,
         cuts: 0,
         step: 0,
@@ -730,6 +823,8 @@ pub fn run_on(data: &[u8], disk: SimDisk) {
         run.op(op);
         if run.disk.is_powered_off() {
             run.power_cut();
+        } else {
+            run.note_batch();
         }
     }
     run.finish();

@@ -1,5 +1,7 @@
 //! [`Change`]: one entry of the change feed, and its JSON shape.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::item::Scope;
@@ -272,6 +274,18 @@ impl<'de> Deserialize<'de> for Change {
             },
         })
     }
+}
+
+/// One change of a published batch (or an expiry), with what a filter needs that the change does
+/// not say.
+#[derive(Debug, Clone)]
+pub(crate) struct LiveChange {
+    /// Shared by every subscriber it is queued to (each receives its own copy).
+    pub(crate) change: Arc<Change>,
+    /// The type of its item where the change does not carry it (`None`: not known).
+    pub(crate) kind: Option<String>,
+    /// The scope of an expired item (the other changes carry theirs).
+    pub(crate) scope: Option<Scope>,
 }
 
 #[cfg(test)]

@@ -11,8 +11,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use super::change::Change;
-use super::hub::LiveChange;
+use super::change::{Change, LiveChange};
 use crate::error::Error;
 use crate::index::{Index, NEVER_EXPIRES};
 use crate::read::record::read_identity;

@@ -12,29 +12,16 @@ use std::time::Duration;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
-use super::change::Change;
+use super::change::{Change, LiveChange};
 use super::expiry::Expiries;
 use super::feed::{each_change_view, frame_len_and_seq};
 use super::filter::ChangeFilter;
 use crate::engine::shared::Shared;
 use crate::index::FastMap;
-use crate::item::Scope;
 use crate::log::record::{split_batch, RawRecord, FRAME_HEADER_BYTES};
 
 /// `Options::subscription_buffer`'s default.
 pub(crate) const SUBSCRIPTION_BUFFER_DEFAULT: usize = 10_000;
-
-/// One change of a published batch (or an expiry), with what a filter needs that the change does
-/// not say.
-#[derive(Debug, Clone)]
-pub(crate) struct LiveChange {
-    /// Shared by every subscriber it is queued to (each receives its own copy).
-    pub(crate) change: Arc<Change>,
-    /// The type of its item where the change does not carry it (`None`: not known).
-    pub(crate) kind: Option<String>,
-    /// The scope of an expired item (the other changes carry theirs).
-    pub(crate) scope: Option<Scope>,
-}
 
 /// A published batch's frame as the writer wrote it (a format 3 frame: header, then its records,
 /// its sync mark first).

@@ -137,12 +137,22 @@ impl Input<'_> {
                 Op::Add { view, items }
             }
             4 => Op::Delete(pick(&IDS, self.byte())),
-            5 | 18 => Op::Get {
+            5 => Op::Get {
                 view: self.read_view(),
                 query: self.query(),
             },
-            6 | 19 => Op::Resolve {
+            6 => Op::Resolve {
                 view: self.read_view(),
+                refs: self.refs(),
+            },
+            18 => Op::PastAt {
+                pick: self.byte(),
+                query: self.query(),
+                refs: self.refs(),
+            },
+            19 => Op::PastAsOf {
+                pick: self.byte(),
+                query: self.query(),
                 refs: self.refs(),
             },
             7 => Op::Snapshot { view: self.read_view() },
@@ -181,6 +191,18 @@ impl Input<'_> {
 
 #[derive(Clone, Debug)]
 pub(super) enum Op {
+    /// `snapshot_at` a batch committed since the last power cut (`pick` % their count).
+    PastAt {
+        pick: u8,
+        query: QuerySpec,
+        refs: Vec<Ref>,
+    },
+    /// `snapshot_as_of` the commit time of such a batch.
+    PastAsOf {
+        pick: u8,
+        query: QuerySpec,
+        refs: Vec<Ref>,
+    },
     Add {
         view: Option<&'static str>,
         items: Vec<ItemSpec>,
