@@ -9,7 +9,7 @@
 mod common;
 
 use std::collections::{BTreeMap, HashSet};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::Command;
@@ -33,28 +33,6 @@ const SEGMENT_SIZE: u64 = 64 << 10;
 const CLOCK_START: i64 = 1_700_000_000;
 const SIGKILL: i32 = 9;
 
-/// A small deterministic PRNG (SplitMix64).
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Rng(seed)
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// A number in `lo..=hi`.
-    fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.next() % (hi - lo + 1)
-    }
-}
-
 fn open_store(dir: &Path) -> Result<Store> {
     Options::new()
         .durability(Durability::Immediate)
@@ -69,7 +47,7 @@ fn batch_size(run: u64, batch: u64) -> u64 {
     if batch % 8 == 7 {
         return 300;
     }
-    Rng::new(run.wrapping_mul(1_000_003) ^ batch.wrapping_mul(0x5851_F42D_4C95_7F2D)).range(1, 20)
+    fastrand::Rng::with_seed(run.wrapping_mul(1_000_003) ^ batch.wrapping_mul(0x5851_F42D_4C95_7F2D)).u64(1..=20)
 }
 
 fn item_id(run: u64, batch: u64, i: u64) -> String {
@@ -163,19 +141,8 @@ struct History {
 
 /// Reads complete `ACK <id>` lines; a last line cut short by the kill is not an acknowledgement.
 fn read_acks(stdout: impl Read) -> Vec<String> {
-    let mut reader = BufReader::new(stdout);
     let mut acks = Vec::new();
-    let mut line = Vec::new();
-    loop {
-        line.clear();
-        match reader.read_until(b'\n', &mut line) {
-            Ok(0) | Err(_) => break,
-            Ok(_) => {}
-        }
-        if line.last() != Some(&b'\n') {
-            break;
-        }
-        let text = String::from_utf8_lossy(&line);
+    for text in common::complete_lines(stdout) {
         // libtest may print "test crash_child_writer ... " in front of the first line.
         if let Some(at) = text.find("ACK ") {
             acks.push(text[at + 4..].trim_end().to_owned());
@@ -388,7 +355,7 @@ fn sigkill_never_loses_acknowledged_batches() {
     let mut history = History::default();
 
     for run in 0..iterations {
-        let delay = Duration::from_millis(Rng::new(0xC0FF_EE00 ^ run).range(5, 60));
+        let delay = Duration::from_millis(fastrand::Rng::with_seed(0xC0FF_EE00 ^ run).u64(5..=60));
         let spawned = Instant::now();
         let mut command = Command::new(&exe);
         command

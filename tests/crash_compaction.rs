@@ -30,7 +30,7 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::Command;
@@ -336,19 +336,8 @@ fn parse_op(words: &[&str]) -> Option<Op> {
 
 /// Reads complete protocol lines; a last line cut short by the kill does not count.
 fn read_lines(stdout: impl Read) -> Vec<Line> {
-    let mut reader = BufReader::new(stdout);
     let mut lines = Vec::new();
-    let mut raw = Vec::new();
-    loop {
-        raw.clear();
-        match reader.read_until(b'\n', &mut raw) {
-            Ok(0) | Err(_) => break,
-            Ok(_) => {}
-        }
-        if raw.last() != Some(&b'\n') {
-            break;
-        }
-        let text = String::from_utf8_lossy(&raw);
+    for text in common::complete_lines(stdout) {
         let Some(at) = text.find(MARK) else { continue };
         let words: Vec<&str> = text[at + MARK.len()..].split_whitespace().collect();
         let line = match words.as_slice() {

@@ -1003,9 +1003,9 @@ fn compare(
             .filter(|(_, reference)| affected.contains(reference.split('@').next().unwrap_or_default()))
             .map(|(i, _)| i)
             .collect();
-        let mut rng = Rng(depth.salt());
+        let mut rng = fastrand::Rng::with_seed(depth.salt());
         for _ in 0..4 {
-            chosen.insert(rng.index(built.refs.len()));
+            chosen.insert(rng.usize(0..built.refs.len().max(1)));
         }
         chosen.into_iter().collect()
     };
@@ -1073,32 +1073,6 @@ fn compare(
         )?;
     }
     Ok(reported)
-}
-
-/// A deterministic generator (SplitMix64).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        if n == 0 {
-            0
-        } else {
-            self.next() % n
-        }
-    }
-
-    /// A position below `len`.
-    fn index(&mut self, len: usize) -> usize {
-        usize::try_from(self.below(len as u64)).unwrap()
-    }
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -1214,14 +1188,14 @@ fn every_flip(built: &Built, take: &dyn Fn(&Form, &FileLayout) -> bool) -> Vec<C
 /// A block of zeros (clipped to the file) at every multiple of `step` of every file, at `extra`
 /// unaligned offsets chosen by the seed, and ending at the end of the file.
 fn zero_blocks(built: &Built, step: usize, extra: usize, seed: u64) -> Vec<Case> {
-    let mut rng = Rng(seed);
+    let mut rng = fastrand::Rng::with_seed(seed);
     let mut cases = Vec::new();
     for (form, f) in built.forms.iter().enumerate() {
         for (file, layout) in f.files.iter().enumerate() {
             let len = layout.bytes.len();
             let mut starts: BTreeSet<usize> = (0..len).step_by(step).collect();
             for _ in 0..extra {
-                starts.insert(rng.index(len));
+                starts.insert(rng.usize(0..len.max(1)));
             }
             starts.insert(len.saturating_sub(BLOCK));
             for start in starts {
@@ -1244,7 +1218,7 @@ fn zero_blocks(built: &Built, step: usize, extra: usize, seed: u64) -> Vec<Case>
 /// (chosen by the seed), frames of equal length (see below), and each segment's last frame again
 /// after its end.
 fn frame_copies(built: &Built, all: bool, seed: u64) -> Vec<Case> {
-    let mut rng = Rng(seed);
+    let mut rng = fastrand::Rng::with_seed(seed);
     let mut cases = Vec::new();
     for (form, f) in built.forms.iter().enumerate() {
         let frames: Vec<(usize, Frame)> = f
@@ -1281,7 +1255,7 @@ fn frame_copies(built: &Built, all: bool, seed: u64) -> Vec<Case> {
                 }
                 for pool in [&same, &other] {
                     if !pool.is_empty() {
-                        push(pool[rng.index(pool.len())], file, at);
+                        push(pool[rng.usize(0..(pool.len()).max(1))], file, at);
                     }
                 }
             }
@@ -1303,7 +1277,11 @@ fn frame_copies(built: &Built, all: bool, seed: u64) -> Vec<Case> {
                     }
                 }
                 if !same_length.is_empty() {
-                    push(same_length[rng.index(same_length.len())], file, frame.range.start);
+                    push(
+                        same_length[rng.usize(0..(same_length.len()).max(1))],
+                        file,
+                        frame.range.start,
+                    );
                 }
             }
             // The segment's own last frame after its end (a duplicate of its last batch).
@@ -1417,10 +1395,10 @@ fn sampled_flips_in_a_larger_store() {
         .collect();
     let total: usize = sizes.iter().map(|s| s.2).sum();
     let seed = flip_seed();
-    let mut rng = Rng(seed);
+    let mut rng = fastrand::Rng::with_seed(seed);
     let cases: Vec<Case> = (0..sampled_flips())
         .map(|_| {
-            let mut byte = rng.index(total);
+            let mut byte = rng.usize(0..(total).max(1));
             let &(form, file, _) = sizes
                 .iter()
                 .find(|&&(_, _, len)| {
@@ -1437,7 +1415,7 @@ fn sampled_flips_in_a_larger_store() {
                 file,
                 damage: Damage::Flip {
                     at: byte,
-                    bit: u8::try_from(rng.below(8)).unwrap(),
+                    bit: rng.u8(0..8),
                 },
             }
         })

@@ -24,14 +24,14 @@ mod common;
 
 use std::collections::{BTreeMap, HashSet};
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ctxlog::{AddOutcome, Change, ChangeFilter, ContextItem, Durability, Error, ManualClock, Options, Scope, Store};
+use ctxlog::{Change, ChangeFilter, ContextItem, Durability, Error, ManualClock, Options, Scope, Store};
 use serde_json::json;
 
 /// Set (to the directory holding the store and the record file) only in the child process.
@@ -55,28 +55,6 @@ const STORE_DIR: &str = "store";
 const RECORD_FILE: &str = "received.log";
 /// How long the final catch-up may take.
 const PATIENCE: Duration = Duration::from_secs(30);
-
-/// A small deterministic PRNG (SplitMix64).
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Rng(seed)
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// A number in `lo..=hi`.
-    fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.next() % (hi - lo + 1)
-    }
-}
 
 fn open_store(dir: &Path) -> Store {
     Options::new()
@@ -135,19 +113,7 @@ impl Op {
     /// The changes the feed must hold for it, at `seq`.
     fn changes(&self, seq: u64) -> Vec<Change> {
         match self {
-            Op::Add(items) => items
-                .iter()
-                .map(|item| Change::Added {
-                    seq,
-                    committed_at: CLOCK_START,
-                    id: item.id.clone(),
-                    version: item.version.clone(),
-                    hash: common::expected_hash(&item.content),
-                    kind: item.kind.clone(),
-                    scope: item.scope.clone(),
-                    timestamp: item.timestamp,
-                })
-                .collect(),
+            Op::Add(items) => items.iter().map(|item| common::added(item, seq, CLOCK_START)).collect(),
             Op::Delete(id) => vec![Change::Deleted {
                 seq,
                 committed_at: CLOCK_START,
@@ -165,7 +131,7 @@ impl Op {
 struct Script {
     run: u64,
     writer: u64,
-    rng: Rng,
+    rng: fastrand::Rng,
     next_k: u64,
     /// Ids it holds: (k, latest version).
     live: Vec<(u64, u64)>,
@@ -176,7 +142,9 @@ impl Script {
         Script {
             run,
             writer,
-            rng: Rng::new(run.wrapping_mul(0x2545_F491_4F6C_DD1D) ^ (writer + 1).wrapping_mul(0x9E37_79B9)),
+            rng: fastrand::Rng::with_seed(
+                run.wrapping_mul(0x2545_F491_4F6C_DD1D) ^ (writer + 1).wrapping_mul(0x9E37_79B9),
+            ),
             next_k: 0,
             live: Vec::new(),
         }
@@ -184,21 +152,21 @@ impl Script {
 
     /// The index of one of the ids it holds (there must be one).
     fn pick_live(&mut self) -> usize {
-        let at = self.rng.range(0, self.live.len() as u64 - 1);
+        let at = self.rng.u64(0..=self.live.len() as u64 - 1);
         usize::try_from(at).expect("an index below the length")
     }
 
     fn next_op(&mut self) -> Op {
-        if !self.live.is_empty() && self.rng.range(0, 99) < 20 {
+        if !self.live.is_empty() && self.rng.u64(0..=99) < 20 {
             let at = self.pick_live();
             let (k, _) = self.live.swap_remove(at);
             return Op::Delete(item_id(self.run, self.writer, k));
         }
-        let size = self.rng.range(1, 3);
+        let size = self.rng.u64(1..=3);
         let mut touched = HashSet::new();
         let mut items = Vec::new();
         for _ in 0..size {
-            let reuse = (!self.live.is_empty() && self.rng.range(0, 99) < 40)
+            let reuse = (!self.live.is_empty() && self.rng.u64(0..=99) < 40)
                 .then(|| self.pick_live())
                 .filter(|at| !touched.contains(&self.live[*at].0));
             let (k, version) = match reuse {
@@ -406,15 +374,7 @@ fn feed_crash_child() {
                         let count = items.len();
                         let outcomes = store.add(items).expect("child: add");
                         assert_eq!(outcomes.len(), count, "child: one outcome per item");
-                        let seqs: HashSet<u64> = outcomes
-                            .iter()
-                            .map(|outcome| match outcome {
-                                AddOutcome::Added { seq, .. } => *seq,
-                                other => panic!("child: every item is new, got {other:?}"),
-                            })
-                            .collect();
-                        assert_eq!(seqs.len(), 1, "child: one batch, one seq: {seqs:?}");
-                        let seq = seqs.into_iter().next().expect("one seq");
+                        let seq = common::batch_seq(&outcomes);
                         say(&format!("ACK {writer} {op} add {seq}"));
                     }
                     Op::Delete(id) => {
@@ -450,19 +410,8 @@ struct ChildOutput {
 
 /// Reads complete lines; a last line cut short by the kill is not an acknowledgement.
 fn read_output(stdout: impl Read) -> Result<ChildOutput, String> {
-    let mut reader = BufReader::new(stdout);
     let mut output = ChildOutput::default();
-    let mut line = Vec::new();
-    loop {
-        line.clear();
-        match reader.read_until(b'\n', &mut line) {
-            Ok(0) | Err(_) => break,
-            Ok(_) => {}
-        }
-        if line.last() != Some(&b'\n') {
-            break;
-        }
-        let text = String::from_utf8_lossy(&line);
+    for text in common::complete_lines(stdout) {
         // libtest may print "test feed_crash_child ... " in front of the first line.
         if let Some(at) = text.find("ACK ") {
             let words: Vec<&str> = text[at + 4..].split_whitespace().collect();
@@ -606,7 +555,7 @@ fn sigkilled_subscriber_resumes_with_exactly_the_acknowledged_changes() {
     let mut tails: Vec<(u64, usize)> = Vec::new();
 
     for run in 0..iterations {
-        let delay = Duration::from_millis(Rng::new(0xFEED_0000 ^ run).range(20, 300));
+        let delay = Duration::from_millis(fastrand::Rng::with_seed(0xFEED_0000 ^ run).u64(20..=300));
         let spawned = Instant::now();
         let mut command = Command::new(&exe);
         command

@@ -7,7 +7,7 @@ mod common;
 use std::path::Path;
 use std::sync::Arc;
 
-use common::feed;
+use common::{added, feed};
 use ctxlog::{AddOutcome, Change, ContextItem, Error, ManualClock, Options, Scope, Store, TypeSpec};
 use serde_json::json;
 
@@ -34,33 +34,6 @@ fn item(id: &str, version: &str, scope: Scope) -> ContextItem {
     )
 }
 
-/// The change an added item makes, as the feed reports it.
-fn added(item: &ContextItem, seq: u64, committed_at: i64) -> Change {
-    Change::Added {
-        seq,
-        committed_at,
-        id: item.id.clone(),
-        version: item.version.clone(),
-        hash: common::expected_hash(&item.content),
-        kind: item.kind.clone(),
-        scope: item.scope.clone(),
-        timestamp: item.timestamp,
-    }
-}
-
-/// The batch sequence number of an add whose items were all stored.
-fn seq_of(outcomes: &[AddOutcome]) -> u64 {
-    let seqs: Vec<u64> = outcomes
-        .iter()
-        .map(|outcome| match outcome {
-            AddOutcome::Added { seq, .. } => *seq,
-            other => panic!("expected every item added, got {other:?}"),
-        })
-        .collect();
-    assert!(seqs.windows(2).all(|w| w[0] == w[1]), "one batch, one seq: {seqs:?}");
-    seqs[0]
-}
-
 #[test]
 fn the_feed_holds_every_change_in_order_once() {
     let dir = tempfile::tempdir().unwrap();
@@ -73,10 +46,10 @@ fn the_feed_holds_every_change_in_order_once() {
         item("a", "1", Scope::GlobalWritable),
         item("b", "1", Scope::Session("s1".into())),
     );
-    let seq1 = seq_of(&store.add([a1.clone(), b1.clone()]).unwrap());
+    let seq1 = common::batch_seq(&store.add([a1.clone(), b1.clone()]).unwrap());
     clock.advance(5);
     let a2 = item("a", "2", Scope::GlobalReadonly);
-    let seq2 = seq_of(&store.add([a2.clone()]).unwrap());
+    let seq2 = common::batch_seq(&store.add([a2.clone()]).unwrap());
     // Adding a stored version again commits nothing.
     assert!(matches!(
         store.add([a2.clone()]).unwrap()[0],
@@ -116,7 +89,7 @@ fn the_feed_holds_every_change_in_order_once() {
     // An iterator ends where the log stood when it was made.
     let mut changes = store.changes(seq2).unwrap();
     let c1 = item("c", "1", Scope::GlobalWritable);
-    let seq4 = seq_of(&store.add([c1.clone()]).unwrap());
+    let seq4 = common::batch_seq(&store.add([c1.clone()]).unwrap());
     assert_eq!(changes.next().map(Result::unwrap), expected.last().cloned());
     assert!(changes.next().is_none());
     assert_eq!(feed(&store, seq3), vec![added(&c1, seq4, NOW + 112)]);
@@ -157,8 +130,8 @@ fn compaction_moves_the_start_past_what_it_removed() {
     let store = open(dir.path(), &clock);
     // Batch 1: an item that expires; batch 2: one that is deleted later; then items that stay.
     let gone = item("gone", "1", Scope::GlobalWritable).with_ttl(10);
-    let seq1 = seq_of(&store.add([gone]).unwrap());
-    let seq2 = seq_of(&store.add([item("deleted", "1", Scope::GlobalWritable)]).unwrap());
+    let seq1 = common::batch_seq(&store.add([gone]).unwrap());
+    let seq2 = common::batch_seq(&store.add([item("deleted", "1", Scope::GlobalWritable)]).unwrap());
     let kept: Vec<ContextItem> = (0..20)
         .map(|n| item(&format!("k{n}"), "1", Scope::GlobalWritable))
         .collect();
@@ -219,7 +192,7 @@ fn a_store_of_format_2_starts_its_feed_where_this_build_began() {
         Err(Error::HistoryCompacted { oldest_available }) if oldest_available == last
     ));
     let new = item("new", "1", Scope::GlobalWritable);
-    let seq = seq_of(&store.add([new.clone()]).unwrap());
+    let seq = common::batch_seq(&store.add([new.clone()]).unwrap());
     assert_eq!(seq, last + 1);
     assert_eq!(store.history_start().unwrap(), last);
     assert_eq!(feed(&store, last), vec![added(&new, seq, NOW)]);

@@ -26,19 +26,6 @@ fn open(dir: &Path, clock: &Arc<ManualClock>, retention: Duration) -> Store {
         .expect("open")
 }
 
-/// A small deterministic PRNG (SplitMix64).
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        (z ^ (z >> 31)) % n
-    }
-}
-
 /// What a view answers: its digest (the canonical JSON of every item it shows) and each id's
 /// resolution, as JSON.
 fn answer(view: &Snapshot, ids: &[String]) -> (String, String) {
@@ -57,34 +44,34 @@ struct Moment {
 
 /// Runs `steps` random batches (adds of new versions with and without TTL, deletes), advancing
 /// the clock 0-4 s before each, and records each moment.
-fn workload(store: &Store, clock: &ManualClock, rng: &mut Rng, steps: usize, ids: &[String]) -> Vec<Moment> {
+fn workload(store: &Store, clock: &ManualClock, rng: &mut fastrand::Rng, steps: usize, ids: &[String]) -> Vec<Moment> {
     let mut moments = Vec::new();
     for _ in 0..steps {
-        clock.advance(i64::try_from(rng.below(5)).expect("small"));
+        clock.advance(rng.i64(0..5));
         let now = ctxlog::Clock::now(clock);
-        if rng.below(6) == 0 {
-            let id = &ids[usize::try_from(rng.below(ids.len() as u64)).expect("small")];
+        if rng.u8(0..6) == 0 {
+            let id = &ids[rng.usize(0..ids.len())];
             if !store.delete(id).expect("delete") {
                 continue;
             }
         } else {
-            let count = 1 + rng.below(3);
+            let count = rng.u64(1..=3);
             let mut batch: BTreeMap<String, ContextItem> = BTreeMap::new();
             for k in 0..count {
                 // Unique: the batch's seq and the item's place in it.
                 let version = format!("{}-{k}", store.last_seq() + 1);
-                let id = ids[usize::try_from(rng.below(ids.len() as u64)).expect("small")].clone();
+                let id = ids[rng.usize(0..ids.len())].clone();
                 let mut item = ContextItem::new(
                     id.as_str(),
                     "tool_result",
-                    json!({"id": id, "v": version.as_str(), "pad": "x".repeat(usize::try_from(rng.below(300)).expect("small"))}),
+                    json!({"id": id, "v": version.as_str(), "pad": "x".repeat(rng.usize(0..300))}),
                     "tests",
                     now,
                     version.as_str(),
                     Scope::GlobalWritable,
                 );
-                if rng.below(3) == 0 {
-                    item = item.with_ttl(1 + rng.below(12));
+                if rng.u8(0..3) == 0 {
+                    item = item.with_ttl(rng.u64(1..=12));
                 }
                 batch.insert(id, item);
             }
@@ -99,6 +86,20 @@ fn workload(store: &Store, clock: &ManualClock, rng: &mut Rng, steps: usize, ids
     moments
 }
 
+/// Commits one more batch (an item of its own).
+fn add_next(store: &Store) {
+    let item = ContextItem::new(
+        "next",
+        "tool_result",
+        json!({"n": 1}),
+        "tests",
+        NOW,
+        "1",
+        Scope::GlobalWritable,
+    );
+    store.add([item]).expect("add");
+}
+
 fn ids() -> Vec<String> {
     (0..10).map(|n| format!("id{n}")).collect()
 }
@@ -111,7 +112,7 @@ fn every_retained_moment_is_answered_as_it_was_then() {
     let clock = Arc::new(ManualClock::new(NOW));
     let retention = Duration::from_secs(24 * 3600);
     let ids = ids();
-    let mut rng = Rng(7);
+    let mut rng = fastrand::Rng::with_seed(7);
     let mut moments = Vec::new();
     {
         let store = open(dir.path(), &clock, retention);
@@ -138,17 +139,7 @@ fn every_retained_moment_is_answered_as_it_was_then() {
     exact_or_refused(&store, &moments, &ids);
     // Reclaiming expired versions changed what even the last seq resolved (expired, then not
     // found): the floor stands past it. The next batch is answered again.
-    store
-        .add([ContextItem::new(
-            "next",
-            "tool_result",
-            json!({"n": 1}),
-            "tests",
-            NOW,
-            "1",
-            Scope::GlobalWritable,
-        )])
-        .expect("add");
+    add_next(&store);
     let last = store.last_seq();
     assert_eq!(
         answer(&store.snapshot_at(last).expect("the last seq"), &ids),
@@ -193,7 +184,7 @@ fn a_short_retention_keeps_its_span_and_reclaims_the_rest() {
     let clock = Arc::new(ManualClock::new(NOW));
     let retention = Duration::from_secs(40);
     let ids = ids();
-    let mut rng = Rng(11);
+    let mut rng = fastrand::Rng::with_seed(11);
     let store = open(dir.path(), &clock, retention);
     let mut moments = Vec::new();
     let mut reclaimed = 0;
@@ -239,7 +230,7 @@ fn bounds_the_empty_past_and_the_floor_across_a_reopen() {
         .get(&ContextQuery::new())
         .expect("get")
         .is_empty());
-    let mut rng = Rng(3);
+    let mut rng = fastrand::Rng::with_seed(3);
     let moments = workload(&store, &clock, &mut rng, 120, &ids);
     let last = store.last_seq();
     match store.snapshot_at(last + 1) {
@@ -284,7 +275,7 @@ fn a_damaged_floor_file_only_moves_the_past_later() {
     let dir = tempfile::tempdir().expect("tempdir");
     let clock = Arc::new(ManualClock::new(NOW));
     let ids = ids();
-    let mut rng = Rng(5);
+    let mut rng = fastrand::Rng::with_seed(5);
     {
         let store = open(dir.path(), &clock, Duration::ZERO);
         workload(&store, &clock, &mut rng, 60, &ids);
@@ -315,17 +306,7 @@ fn a_damaged_floor_file_only_moves_the_past_later() {
     std::fs::write(&path, &sound[..20]).expect("truncate");
     let store = open(dir.path(), &clock, Duration::ZERO);
     let last = store.last_seq();
-    store
-        .add([ContextItem::new(
-            "next",
-            "tool_result",
-            json!({"n": 1}),
-            "tests",
-            NOW,
-            "1",
-            Scope::GlobalWritable,
-        )])
-        .expect("add");
+    add_next(&store);
     assert!(store.snapshot_at(last + 1).is_ok());
     let rewritten = std::fs::read(&path).expect("floor");
     assert_eq!(rewritten.len(), 32);

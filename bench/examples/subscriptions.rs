@@ -715,6 +715,26 @@ fn us(sorted: &[f64], q: f64) -> f64 {
     w1::quantile_ms(sorted, q) * 1e3
 }
 
+/// The three rows of a throughput case: without subscribers against 1,000 filtered ones drained,
+/// never received from, and the rate until every matching change was received.
+fn throughput_rows(what: &str, unit: &str, runs: &[Vec<f64>; 3], delivered: &[f64]) {
+    let (none, idle, drained) = (median(&runs[0]), median(&runs[1]), median(&runs[2]));
+    println!(
+        "| {what} (no subscriber / 1,000 filtered, drained) | {none:.0} | {drained:.0} | {} | >= 0.90 | {} |",
+        ratio(&runs[2], &runs[0]),
+        met(drained / none >= 0.9)
+    );
+    println!(
+        "| ... 1,000 filtered, never received from (the hub alone) | {none:.0} | {idle:.0} | {} | | |",
+        ratio(&runs[1], &runs[0])
+    );
+    println!(
+        "| ... until every matching change was received, {unit} | {none:.0} | {:.0} | {} | | |",
+        median(delivered),
+        ratio(delivered, &runs[0])
+    );
+}
+
 fn met(ok: bool) -> &'static str {
     if ok {
         "met"
@@ -804,35 +824,17 @@ fn main() -> Res<()> {
     println!();
     println!("| measure | baseline | with subscriptions | ratio (paired) | target | met? |");
     println!("|---|---:|---:|---:|---|---|");
-    let (b0, bi, b1) = (m(&figures.bulk[0]), m(&figures.bulk[1]), m(&figures.bulk[2]));
-    println!(
-        "| 1a bulk adds, items/s (no subscriber / 1,000 filtered, drained) | {b0:.0} | {b1:.0} | {} | >= 0.90 | {} |",
-        ratio(&figures.bulk[2], &figures.bulk[0]),
-        met(b1 / b0 >= 0.9)
+    throughput_rows(
+        "1a bulk adds, items/s",
+        "items/s",
+        &figures.bulk,
+        &figures.bulk_delivered,
     );
-    println!(
-        "| 1a ... 1,000 filtered, never received from (the hub alone) | {b0:.0} | {bi:.0} | {} | | |",
-        ratio(&figures.bulk[1], &figures.bulk[0])
-    );
-    let bd = m(&figures.bulk_delivered);
-    println!(
-        "| 1a ... until every matching change was received, items/s | {b0:.0} | {bd:.0} | {} | | |",
-        ratio(&figures.bulk_delivered, &figures.bulk[0])
-    );
-    let (d0, di, d1) = (m(&figures.durable[0]), m(&figures.durable[1]), m(&figures.durable[2]));
-    println!(
-        "| 1b {THREADS} threads of durable adds, adds/s (no subscriber / 1,000 filtered, drained) | {d0:.0} | {d1:.0} | {} | >= 0.90 | {} |",
-        ratio(&figures.durable[2], &figures.durable[0]),
-        met(d1 / d0 >= 0.9)
-    );
-    println!(
-        "| 1b ... 1,000 filtered, never received from (the hub alone) | {d0:.0} | {di:.0} | {} | | |",
-        ratio(&figures.durable[1], &figures.durable[0])
-    );
-    let dd = m(&figures.durable_delivered);
-    println!(
-        "| 1b ... until every matching change was received, adds/s | {d0:.0} | {dd:.0} | {} | | |",
-        ratio(&figures.durable_delivered, &figures.durable[0])
+    throughput_rows(
+        &format!("1b {THREADS} threads of durable adds, adds/s"),
+        "adds/s",
+        &figures.durable,
+        &figures.durable_delivered,
     );
     for (case, others) in Others::ALL.into_iter().enumerate() {
         let row = &figures.store_latency[case];

@@ -480,6 +480,29 @@ impl View {
     pub fn digest(&self) -> String {
         self.model.digest(self.session, self.taken_at)
     }
+
+    /// What the snapshot answers to `query` and `refs` (see [`snapshot_answers`]).
+    #[must_use]
+    pub fn answers(&self, query: &QuerySpec, refs: &[Ref]) -> Answers {
+        (self.taken_at, self.get(query), self.resolve(refs), self.digest())
+    }
+}
+
+/// A snapshot's `taken_at`, and what its `get` of a query, `resolve` of refs and `digest` answer.
+pub type Answers = (i64, Vec<ContextItem>, Vec<Resolution>, String);
+
+/// What `snapshot` answers to `query` and `refs`, to compare with [`View::answers`].
+///
+/// # Errors
+/// The store's, from any of the three reads.
+pub fn snapshot_answers(snapshot: &crate::Snapshot, query: &QuerySpec, refs: &[Ref]) -> crate::Result<Answers> {
+    let texts: Vec<String> = refs.iter().map(ref_text).collect();
+    Ok((
+        snapshot.taken_at(),
+        snapshot.get(&query.query())?,
+        snapshot.resolve(&texts)?,
+        snapshot.digest()?,
+    ))
 }
 
 /// A pinned snapshot: what it shows, and its sequence number (what `snapshots()` lists).

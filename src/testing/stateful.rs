@@ -36,7 +36,8 @@ use std::sync::{Arc, OnceLock};
 use crate::storage::SimDisk;
 use crate::testing::fuzz::opened_store_problem;
 use crate::testing::model::{
-    denied_at, listed_pins, observe, pin_in_store, ref_text, ItemSpec, QuerySpec, Ref, State, StoreAdd, View, START,
+    denied_at, listed_pins, observe, pin_in_store, ref_text, snapshot_answers, ItemSpec, QuerySpec, Ref, State,
+    StoreAdd, View, START,
 };
 use crate::{Clock, ContextItem, Durability, Error, ManualClock, Options, Snapshot, Store};
 
@@ -156,6 +157,9 @@ struct Run {
     step: usize,
     /// Whether a compaction ran (it may have raised the floor of the views of the past).
     compacted: bool,
+    /// The last seq recorded in the candidates' `past`, or the store's last seq after the last
+    /// power cut (the batches before it are not recorded).
+    noted_seq: u64,
 }
 
 impl Run {
@@ -325,6 +329,7 @@ impl Run {
         self.worlds = survivors;
         self.check_files(&store, "after a power cut");
         self.last_seq = store.stats().seq;
+        self.noted_seq = store.last_seq();
         if trace_on() {
             eprintln!("  recovered: {:?}", store.stats().recovery);
             for candidate in &self.worlds {
@@ -340,12 +345,14 @@ impl Run {
             return;
         };
         let seq = store.last_seq();
+        if seq <= self.noted_seq {
+            return;
+        }
+        self.noted_seq = seq;
         let now = self.clock.now();
         for candidate in &mut self.worlds {
-            if seq > candidate.past.last().map_or(0, |(last, ..)| *last) {
-                let model = candidate.current().model.clone();
-                candidate.past.push((seq, now, model));
-            }
+            let model = candidate.current().model.clone();
+            candidate.past.push((seq, now, model));
         }
     }
 
@@ -371,15 +378,7 @@ impl Run {
         } else {
             store.snapshot_as_of(time)
         };
-        let answers = result.and_then(|snapshot| {
-            let texts: Vec<String> = refs.iter().map(ref_text).collect();
-            Ok((
-                snapshot.taken_at(),
-                snapshot.get(&query.query())?,
-                snapshot.resolve(&texts)?,
-                snapshot.digest()?,
-            ))
-        });
+        let answers = result.and_then(|snapshot| snapshot_answers(&snapshot, query, refs));
         let seen = match answers {
             Ok(seen) => seen,
             Err(_) if self.disk.is_powered_off() => return,
@@ -395,13 +394,13 @@ impl Run {
             }
             .map(|(_, _, model)| model.clone())
             .unwrap_or_default();
-            let view = View {
+            View {
                 model,
                 taken_at: time,
                 session: None,
                 step,
-            };
-            (time, view.get(query), view.resolve(refs), view.digest())
+            }
+            .answers(query, refs)
         };
         if !self.worlds.iter().any(|candidate| expected(candidate) == seen) {
             panic!(
@@ -806,6 +805,7 @@ pub fn run_on(data: &[u8], disk: SimDisk) {
         }],
         last_seq: 0,
         compacted: false,
+        noted_seq: 0,
         armed: None,
         cuts: 0,
         step: 0,

@@ -230,3 +230,51 @@ pub fn feed(store: &Store, after: u64) -> Vec<Change> {
         .collect::<Result<Vec<_>, _>>()
         .expect("every change reads back")
 }
+
+/// The complete lines a child process wrote to `stdout` before it ended (killed or not), without
+/// their newline; a last line cut short by a kill is not among them.
+pub fn complete_lines(stdout: impl std::io::Read) -> Vec<String> {
+    use std::io::BufRead;
+    let mut reader = std::io::BufReader::new(stdout);
+    let mut lines = Vec::new();
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match reader.read_until(b'\n', &mut line) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        if line.pop() != Some(b'\n') {
+            break;
+        }
+        lines.push(String::from_utf8_lossy(&line).into_owned());
+    }
+    lines
+}
+
+/// The sequence number of the batch of an add whose items were all stored (one batch, one seq).
+pub fn batch_seq(outcomes: &[AddOutcome]) -> u64 {
+    let seqs: Vec<u64> = outcomes
+        .iter()
+        .map(|outcome| match outcome {
+            AddOutcome::Added { seq, .. } => *seq,
+            other => panic!("expected every item added, got {other:?}"),
+        })
+        .collect();
+    assert!(seqs.windows(2).all(|w| w[0] == w[1]), "one batch, one seq: {seqs:?}");
+    seqs.first().copied().expect("at least one item")
+}
+
+/// The change an added item makes, as the feed reports it.
+pub fn added(item: &ContextItem, seq: u64, committed_at: i64) -> Change {
+    Change::Added {
+        seq,
+        committed_at,
+        id: item.id.clone(),
+        version: item.version.clone(),
+        hash: expected_hash(&item.content),
+        kind: item.kind.clone(),
+        scope: item.scope.clone(),
+        timestamp: item.timestamp,
+    }
+}

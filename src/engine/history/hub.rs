@@ -258,13 +258,16 @@ impl Hub {
             let _ = self.events.set(events);
             state.dispatcher = Some(thread);
         }
-        if state.subscribers.is_empty() {
-            self.send(Event::Watch(watch()));
-        }
+        let first = state.subscribers.is_empty();
         let at = state.subscribers.len();
         state.routes.add(at, &subscriber);
         state.subscribers.push(subscriber);
         self.count.fetch_add(1, Ordering::AcqRel);
+        if first {
+            // Counted first: the dispatcher drops what it watches whenever it finds nobody
+            // subscribed, and must not find that after taking this.
+            self.send(Event::Watch(watch()));
+        }
         Ok(Some(()))
     }
 
