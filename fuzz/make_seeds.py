@@ -231,6 +231,8 @@ def past_as_of(pick, *rs):
 
 
 IMMEDIATE, NEVER = b"\x00", b"\x01"
+# Bit 2 of the first byte: a subscriber follows the change feed through reopens and power cuts.
+SUBSCRIBED, NEVER_SUBSCRIBED = b"\x04", b"\x05"
 IMMEDIATE_COMPRESSED, NEVER_COMPRESSED = b"\x02", b"\x03"
 # Content 4 of the pool is long and repetitive: stored compressed under compression.
 packed = [add(item(IDS[n % 6], str(1 + n // 6 % 3), content=4, ttl=2 if n % 2 else None), item(IDS[(n + 1) % 6], "1"))
@@ -266,6 +268,10 @@ stateful = {
     + past_as_of(3, "a") + REOPEN + past_at(2, "a", "b") + crash(4) + b"".join(fill[8:10]) + past_at(1, "a"),
     "never-past-views": NEVER + b"".join(fill[:6]) + past_at(3, "a") + FLUSH + past_as_of(2, "b") + crash(3)
     + b"".join(fill[6:9]) + past_at(0, "a") + past_as_of(1, "a", ("b", "1")),
+    "subscriber": SUBSCRIBED + b"".join(fill[:6]) + delete("a") + REOPEN + b"".join(fill[6:9]) + crash(2)
+    + advance(6) + COMPACT + REOPEN + add(item("a", "3")) + cut_power(3, 4) + add(item("b", "3")) + REOPEN,
+    "never-subscriber": NEVER_SUBSCRIBED + b"".join(fill[:5]) + REOPEN + b"".join(fill[5:8]) + crash(6)
+    + add(item("c", "3")) + FLUSH + add(item("d", "3")) + crash(1) + REOPEN,
     "never-compressed-cut-in-compact": NEVER_COMPRESSED + b"".join(packed) + advance(6)
     + add(item("a", "3", content=4)) + cut_power(9, 6) + COMPACT + get() + resolve("a", ("a", "3")),
 }

@@ -39,7 +39,7 @@ use crate::testing::model::{
     denied_at, listed_pins, observe, pin_in_store, ref_text, snapshot_answers, ItemSpec, QuerySpec, Ref, State,
     StoreAdd, View, START,
 };
-use crate::{Clock, ContextItem, Durability, Error, ManualClock, Options, Snapshot, Store};
+use crate::{ChangeFilter, Clock, ContextItem, Durability, Error, ManualClock, Options, Snapshot, Store, Subscription};
 
 mod ops;
 
@@ -160,6 +160,21 @@ struct Run {
     /// The last seq recorded in the candidates' `past`, or the store's last seq after the last
     /// power cut (the batches before it are not recorded).
     noted_seq: u64,
+    /// A subscriber (first byte's bit 2): its subscription, the seq it started after, and what it
+    /// received. It resumes after each reopen and power cut, and at each clean reopen and at the
+    /// end it must have received exactly the store's feed after its start.
+    sub: Option<Subscriber>,
+}
+
+/// The subscriber of a run (see [`Run::sub`]).
+struct Subscriber {
+    /// `None` between a close of the store and the next open.
+    subscription: Option<Subscription>,
+    /// The seq it started after.
+    after: u64,
+    received: Vec<crate::Change>,
+    /// Whether it starts again from scratch at the next open (what it received may be gone).
+    restart: bool,
 }
 
 impl Run {
@@ -271,6 +286,9 @@ impl Run {
         let mut restored = self.disk.crash(seed);
         self.handles.clear();
         drop(self.store.take());
+        // Under `Immediate` every change delivered was durable; under `Never` it may be gone.
+        let immediate = self.immediate();
+        self.close_sub(immediate);
         if let Some((after, seed)) = recovery_cut {
             restored.cut_power_after(after);
             match self.open(&restored) {
@@ -330,6 +348,7 @@ impl Run {
         self.check_files(&store, "after a power cut");
         self.last_seq = store.stats().seq;
         self.noted_seq = store.last_seq();
+        self.resume_sub(&store);
         if trace_on() {
             eprintln!("  recovered: {:?}", store.stats().recovery);
             for candidate in &self.worlds {
@@ -337,6 +356,136 @@ impl Run {
             }
         }
         self.store = Some(store);
+    }
+
+    /// The store has closed (cleanly, or by a power cut): the subscriber takes what was queued to
+    /// it, then `Closed`. With `keep`, what it received is kept and it resumes after it; without
+    /// (it may hold changes the cut took back), it starts again from scratch.
+    fn close_sub(&mut self, keep: bool) {
+        let step = self.step;
+        let powered_off = self.disk.is_powered_off();
+        let Some(sub) = self.sub.as_mut() else {
+            return;
+        };
+        if let Some(mut subscription) = sub.subscription.take() {
+            loop {
+                match subscription.recv_timeout(std::time::Duration::from_secs(10)) {
+                    Ok(Some(change)) => sub.received.push(change),
+                    Err(Error::Closed) => break,
+                    // A replay read that a cut failed.
+                    Err(_) if powered_off => break,
+                    other => panic!("step {step}: a closing subscription answered {other:?}"),
+                }
+            }
+        }
+        sub.restart |= !keep;
+    }
+
+    /// Subscribes again on the reopened `store`: after the last seq the subscriber received (or,
+    /// when it starts again or compaction took that history, from where the feed starts, with
+    /// nothing received).
+    fn resume_sub(&mut self, store: &Store) {
+        let step = self.step;
+        let powered_off = self.disk.is_powered_off();
+        let Some(sub) = self.sub.as_mut() else {
+            return;
+        };
+        let start = match store.history_start() {
+            Ok(start) => start,
+            Err(_) if powered_off => return,
+            Err(e) => panic!("step {step}: history_start failed: {e:?}"),
+        };
+        let mut resume = sub
+            .received
+            .iter()
+            .rev()
+            .find_map(crate::Change::seq)
+            .unwrap_or(sub.after);
+        if sub.restart || resume < start {
+            sub.after = start;
+            sub.received.clear();
+            sub.restart = false;
+            resume = start;
+        }
+        match store.subscribe(ChangeFilter::new().after(resume)) {
+            Ok(subscription) => sub.subscription = Some(subscription),
+            Err(_) if powered_off => sub.restart = true,
+            Err(e) => panic!("step {step}: resuming a subscription after {resume} failed: {e:?}"),
+        }
+    }
+
+    /// The subscriber receives up to the store's last change; what it received since its start
+    /// (expiries aside) must be exactly the feed after its start, and every expiry it heard of
+    /// due by now. (Not while a cut is armed: it could fall inside these reads.)
+    fn check_sub(&mut self, store: &Store, when: &str) {
+        if self.armed.is_some() {
+            return;
+        }
+        let step = self.step;
+        let now = self.clock.now();
+        let Some(Subscriber {
+            subscription: Some(subscription),
+            after,
+            received,
+            ..
+        }) = self.sub.as_mut()
+        else {
+            return;
+        };
+        if let Err(e) = store.expire_due() {
+            panic!("step {step}: expire_due {when} failed: {e:?}");
+        }
+        // Compaction may have taken the oldest changes it received out of the feed: compare from
+        // where the feed starts.
+        let from = match store.history_start() {
+            Ok(start) => start.max(*after),
+            Err(e) => panic!("step {step}: history_start {when} failed: {e:?}"),
+        };
+        let feed = match store
+            .changes(from)
+            .and_then(|changes| changes.collect::<crate::Result<Vec<_>>>())
+        {
+            Ok(feed) => feed,
+            Err(e) => panic!("step {step}: the feed after {from} {when} failed: {e:?}"),
+        };
+        let past = received
+            .iter()
+            .filter(|c| c.seq().is_some_and(|seq| seq <= from))
+            .count();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let committed = |received: &[crate::Change]| received.iter().filter(|c| c.seq().is_some()).count();
+        while committed(received) < past + feed.len() && std::time::Instant::now() < deadline {
+            match subscription.recv_timeout(std::time::Duration::from_millis(100)) {
+                Ok(Some(change)) => received.push(change),
+                Ok(None) => {}
+                Err(e) => panic!("step {step}: the subscription {when} answered {e:?}"),
+            }
+        }
+        while let Ok(Some(change)) = subscription.try_recv() {
+            received.push(change);
+        }
+        let got: Vec<&crate::Change> = received
+            .iter()
+            .filter(|c| c.seq().is_some_and(|seq| seq > from))
+            .collect();
+        let want: Vec<&crate::Change> = feed.iter().collect();
+        assert_eq!(
+            got, want,
+            "step {step}: {when} the subscriber (after {after}) received other than the feed after {from}"
+        );
+        let seqs: Vec<u64> = received.iter().filter_map(crate::Change::seq).collect();
+        assert!(
+            seqs.iter().zip(seqs.iter().skip(1)).all(|(a, b)| a <= b),
+            "step {step}: {when} the subscriber received batches out of order or twice: {seqs:?}"
+        );
+        for change in received.iter() {
+            if let crate::Change::Expired { id, expired_at, .. } = change {
+                assert!(
+                    *expired_at <= now,
+                    "step {step}: {id} announced expired at {expired_at}, before {now}"
+                );
+            }
+        }
     }
 
     /// Records, in every candidate, the batch the last operation committed, if it did.
@@ -612,6 +761,8 @@ impl Run {
     fn reopen(&mut self) {
         self.handles.clear();
         drop(self.store.take());
+        // A clean close makes everything the subscriber received durable.
+        self.close_sub(true);
         match self.open(&self.disk) {
             Ok(store) => {
                 for candidate in &mut self.worlds {
@@ -621,6 +772,8 @@ impl Run {
                 dedup(&mut self.worlds);
                 self.check_current(&store, "after a clean reopen");
                 self.last_seq = store.stats().seq;
+                self.resume_sub(&store);
+                self.check_sub(&store, "after a clean reopen");
                 self.store = Some(store);
             }
             Err(e) if self.disk.is_powered_off() => {
@@ -758,6 +911,7 @@ impl Run {
         let store = self.store().clone();
         self.check_current(&store, "at the end");
         self.check_files(&store, "at the end");
+        self.check_sub(&store, "at the end");
         drop(store);
         self.handles.clear();
         drop(self.store.take());
@@ -784,7 +938,7 @@ pub fn run(data: &[u8]) {
 /// [`run`] on `disk`, an empty simulated disk set up by the caller (for instance with its syncs
 /// switched off, to check that the target notices).
 pub fn run_on(data: &[u8], disk: SimDisk) {
-    let (durability, compress, ops) = decode(data);
+    let (durability, compress, subscribe, ops) = decode(data);
     let trace = trace_on();
     if trace {
         eprintln!("{durability:?}, compress {compress}, {} operations", ops.len());
@@ -809,11 +963,25 @@ pub fn run_on(data: &[u8], disk: SimDisk) {
         armed: None,
         cuts: 0,
         step: 0,
+        sub: None,
     };
     let store = match run.open(&run.disk) {
         Ok(store) => store,
         Err(e) => panic!("opening a fresh store failed: {e:?}"),
     };
+    if subscribe {
+        match store.subscribe(ChangeFilter::new().after(0)) {
+            Ok(subscription) => {
+                run.sub = Some(Subscriber {
+                    subscription: Some(subscription),
+                    after: 0,
+                    received: Vec::new(),
+                    restart: false,
+                });
+            }
+            Err(e) => panic!("subscribing to a fresh store failed: {e:?}"),
+        }
+    }
     run.store = Some(store);
     for (step, op) in ops.iter().enumerate() {
         run.step = step;

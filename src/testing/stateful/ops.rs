@@ -267,9 +267,10 @@ fn subset<T: Copy>(from: &[T], mask: u8) -> Vec<T> {
 }
 
 /// What an input means: the durability and whether content is compressed, then the operations.
-pub(super) fn decode(data: &[u8]) -> (Durability, bool, Vec<Op>) {
+pub(super) fn decode(data: &[u8]) -> (Durability, bool, bool, Vec<Op>) {
     let mut input = Input { bytes: data, at: 0 };
     let first = input.byte();
+    let subscribe = first & 4 == 4;
     let durability = if first & 1 == 1 {
         Durability::Never
     } else {
@@ -280,5 +281,5 @@ pub(super) fn decode(data: &[u8]) -> (Durability, bool, Vec<Op>) {
     while !input.is_empty() && ops.len() < OPS_MAX {
         ops.push(input.op());
     }
-    (durability, compress, ops)
+    (durability, compress, subscribe, ops)
 }
