@@ -363,7 +363,8 @@ impl Run {
     /// (it may hold changes the cut took back), it starts again from scratch.
     fn close_sub(&mut self, keep: bool) {
         let step = self.step;
-        let powered_off = self.disk.is_powered_off();
+        // (An armed cut may fall in the replay's reads as it drains.)
+        let disk = self.disk.clone();
         let Some(sub) = self.sub.as_mut() else {
             return;
         };
@@ -373,7 +374,7 @@ impl Run {
                     Ok(Some(change)) => sub.received.push(change),
                     Err(Error::Closed) => break,
                     // A replay read that a cut failed.
-                    Err(_) if powered_off => break,
+                    Err(_) if disk.is_powered_off() => break,
                     other => panic!("step {step}: a closing subscription answered {other:?}"),
                 }
             }
@@ -386,13 +387,13 @@ impl Run {
     /// nothing received).
     fn resume_sub(&mut self, store: &Store) {
         let step = self.step;
-        let powered_off = self.disk.is_powered_off();
+        let disk = self.disk.clone();
         let Some(sub) = self.sub.as_mut() else {
             return;
         };
         let start = match store.history_start() {
             Ok(start) => start,
-            Err(_) if powered_off => return,
+            Err(_) if disk.is_powered_off() => return,
             Err(e) => panic!("step {step}: history_start failed: {e:?}"),
         };
         let mut resume = sub
@@ -409,7 +410,7 @@ impl Run {
         }
         match store.subscribe(ChangeFilter::new().after(resume)) {
             Ok(subscription) => sub.subscription = Some(subscription),
-            Err(_) if powered_off => sub.restart = true,
+            Err(_) if disk.is_powered_off() => sub.restart = true,
             Err(e) => panic!("step {step}: resuming a subscription after {resume} failed: {e:?}"),
         }
     }
