@@ -27,6 +27,33 @@ fn exported(export: Export) -> Vec<ContextItem> {
         .expect("every exported item reads back")
 }
 
+/// A raw export's items, each checked to be the JSON of the parsed export's item in its place.
+fn check_raw(raw: RawExport, parsed: &[ContextItem]) {
+    let raw: Vec<String> = raw
+        .map(|item| item.map(|raw| raw.as_str().to_owned()))
+        .collect::<Result<_, _>>()
+        .expect("raw export");
+    let as_json: Vec<String> = parsed.iter().map(|i| serde_json::to_string(i).expect("json")).collect();
+    assert_eq!(raw, as_json);
+}
+
+/// A fresh store made [`busy_store`], with its clock and the seq of each version it added.
+type Busy = (
+    tempfile::TempDir,
+    std::sync::Arc<ManualClock>,
+    Store,
+    BTreeMap<(String, String), u64>,
+);
+
+fn busy() -> Busy {
+    let clock = clock_at(NOW);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = open_at(dir.path(), &clock);
+    busy_store(&store, &clock);
+    let seqs = added_seqs(&store);
+    (dir, clock, store, seqs)
+}
+
 /// A store with supersedes, a delete and a re-add, expiries and two sessions, over several chunks.
 fn busy_store(store: &Store, clock: &ManualClock) {
     for round in 0..3 {
@@ -73,11 +100,7 @@ fn busy_store(store: &Store, clock: &ManualClock) {
 
 #[test]
 fn an_export_is_what_get_shows_in_commit_order() {
-    let clock = clock_at(NOW);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let store = open_at(dir.path(), &clock);
-    busy_store(&store, &clock);
-    let seqs = added_seqs(&store);
+    let (_dir, _clock, store, seqs) = busy();
 
     let snapshot = store.snapshot();
     let export = snapshot.export();
@@ -92,13 +115,7 @@ fn an_export_is_what_get_shows_in_commit_order() {
     assert_eq!(items, expected);
     assert!(items.windows(2).all(|pair| order(&pair[0]) <= order(&pair[1])));
     // The raw export gives each of them as its JSON, in the same order.
-    let raw: Vec<String> = snapshot
-        .export_raw()
-        .map(|item| item.map(|raw| raw.as_str().to_owned()))
-        .collect::<Result<_, _>>()
-        .expect("raw export");
-    let as_json: Vec<String> = items.iter().map(|i| serde_json::to_string(i).expect("json")).collect();
-    assert_eq!(raw, as_json);
+    check_raw(snapshot.export_raw(), &items);
 
     // A session's snapshot exports what that session sees.
     let session = store.session("s1").snapshot();
@@ -134,23 +151,10 @@ fn an_export_imported_into_an_empty_store_gives_the_same_items_hashes_and_versio
 
 #[test]
 fn every_version_is_the_history_of_each_id_since_its_last_delete() {
-    let clock = clock_at(NOW);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let store = open_at(dir.path(), &clock);
-    busy_store(&store, &clock);
-    let seqs = added_seqs(&store);
+    let (_dir, clock, store, seqs) = busy();
     let snapshot = store.snapshot();
     let versions = exported(snapshot.export_all_versions());
-    let raw: Vec<String> = snapshot
-        .export_all_versions_raw()
-        .map(|item| item.map(|raw| raw.as_str().to_owned()))
-        .collect::<Result<_, _>>()
-        .expect("raw export");
-    let as_json: Vec<String> = versions
-        .iter()
-        .map(|i| serde_json::to_string(i).expect("json"))
-        .collect();
-    assert_eq!(raw, as_json);
+    check_raw(snapshot.export_all_versions_raw(), &versions);
 
     // In commit order, each (id, version) once.
     let order = |item: &ContextItem| seqs[&(item.id.clone(), item.version.clone())];
