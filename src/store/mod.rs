@@ -100,38 +100,6 @@ impl Drop for StoreInner {
     }
 }
 
-/// The floor of the views of the past, as the store in `dir` keeps it, and whether it still has to
-/// be written. A store compacted by a build that kept none (a segment was rewritten, and no
-/// `history.floor` is there), or whose floor file is damaged, gets one at its last seq and the
-/// clock's `now`, written by the first commit (opening changes nothing): what compaction reclaimed
-/// is not known, so no earlier view is answered.
-fn open_floor(
-    storage: &dyn crate::storage::Storage,
-    dir: &Path,
-    index: &crate::index::Index,
-    now: i64,
-) -> Result<(crate::engine::history::past::Floor, bool)> {
-    use crate::engine::history::past::{load_floor, Floor, FLOOR_FILE};
-    match load_floor(storage, dir)? {
-        Some(Ok(floor)) => return Ok((floor, false)),
-        Some(Err(reason)) => {
-            // Damaged: as if compacted by a build that kept none, which is always safe.
-            tracing::warn!("{FLOOR_FILE} is damaged ({reason}): views of the past start from now");
-        }
-        None if !index.segments.values().any(|segment| segment.rewrites > 0) => {
-            return Ok((Floor::default(), false));
-        }
-        None => {}
-    }
-    Ok((
-        Floor {
-            seq: index.seq,
-            time: now,
-        },
-        true,
-    ))
-}
-
 /// An open store: a cheap, cloneable handle that many threads may use at once.
 ///
 /// # Checkpoints
@@ -182,7 +150,7 @@ impl Store {
         };
         let recovered = recover(&*storage, dir, options.read_only)?;
         let committed_at = recovered.index.committed_at;
-        let floor = open_floor(&*storage, dir, &recovered.index, options.clock.now())?;
+        let floor = crate::engine::history::past::open_floor(&*storage, dir, &recovered.index, options.clock.now())?;
         let shared = Arc::new(crate::engine::shared::Shared::new(
             dir.to_path_buf(),
             storage,

@@ -237,3 +237,34 @@ pub(crate) fn seq_as_of(parts: &[LogPart], last: u64, t: i64) -> Result<std::res
         _ => Err(before),
     }))
 }
+
+/// The floor of the views of the past, as the store in `dir` keeps it, and whether it still has to
+/// be written. A store compacted by a build that kept none (a segment was rewritten, and no
+/// `history.floor` is there), or whose floor file is damaged, gets one at its last seq and the
+/// clock's `now`, written by the first commit (opening changes nothing): what compaction reclaimed
+/// is not known, so no earlier view is answered.
+pub(crate) fn open_floor(
+    storage: &dyn crate::storage::Storage,
+    dir: &Path,
+    index: &crate::index::Index,
+    now: i64,
+) -> Result<(Floor, bool)> {
+    match load_floor(storage, dir)? {
+        Some(Ok(floor)) => return Ok((floor, false)),
+        Some(Err(reason)) => {
+            // Damaged: as if compacted by a build that kept none, which is always safe.
+            tracing::warn!("{FLOOR_FILE} is damaged ({reason}): views of the past start from now");
+        }
+        None if !index.segments.values().any(|segment| segment.rewrites > 0) => {
+            return Ok((Floor::default(), false));
+        }
+        None => {}
+    }
+    Ok((
+        Floor {
+            seq: index.seq,
+            time: now,
+        },
+        true,
+    ))
+}
