@@ -117,7 +117,10 @@ fn pin_snapshots_and_unpin_round_trip() {
         assert_eq!(shown["name"], info.name);
         assert_eq!(shown["seq"], info.seq);
         assert_eq!(shown["bytes_kept"], info.bytes_kept);
-        assert_eq!(shown["digest"], store.open_snapshot(&info.name).unwrap().digest().unwrap());
+        assert_eq!(
+            shown["digest"],
+            store.open_snapshot(&info.name).unwrap().digest().unwrap()
+        );
     }
     drop(store);
     let table = run_ok(&["snapshots", s(dir.path())]);
@@ -133,7 +136,11 @@ fn pin_snapshots_and_unpin_round_trip() {
 
     let again = run(&["unpin", s(dir.path()), "audit-1"]);
     assert_eq!(again.status.code(), Some(1));
-    assert!(stderr(&again).contains("no pinned snapshot named \"audit-1\""), "{}", stderr(&again));
+    assert!(
+        stderr(&again).contains("no pinned snapshot named \"audit-1\""),
+        "{}",
+        stderr(&again)
+    );
     let twice = run(&["pin", s(dir.path()), "audit-2"]);
     assert_eq!(twice.status.code(), Some(1), "a name already pinned");
 }
@@ -183,7 +190,10 @@ fn a_locked_store_names_its_lock() {
         assert_eq!(output.status.code(), Some(1), "{command}");
         let err = stderr(&output);
         assert!(err.starts_with("ctxlog: error: "), "{command}: {err}");
-        assert!(err.contains(s(&dir.path().join("LOCK"))), "{command} names the lock: {err}");
+        assert!(
+            err.contains(s(&dir.path().join("LOCK"))),
+            "{command} names the lock: {err}"
+        );
         assert!(err.contains("stop the process holding the store"), "{command}: {err}");
         assert_eq!(err.lines().count(), 1, "{command}: {err}");
     }

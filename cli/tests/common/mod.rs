@@ -44,7 +44,7 @@ pub fn item(i: usize, version: &str) -> ContextItem {
         version,
         scope,
     );
-    if i % 5 != 0 {
+    if !i.is_multiple_of(5) {
         item = item.with_confidence(f64::from(u32::try_from(i % 11).expect("small")) / 10.0);
     }
     item
