@@ -157,6 +157,18 @@ pub enum Error {
     /// The store is shutting down.
     #[error("the store is closed")]
     Closed,
+    /// A read-only open found no store in the directory (it is missing, or holds no segment file).
+    #[error("{} is not a ctxlog store (no segment files); give the directory of an existing store", path.display())]
+    NotAStore {
+        /// The directory.
+        path: PathBuf,
+    },
+    /// A write (or compaction) asked of a store opened with `Options::read_only`.
+    #[error("the store is open read-only: {operation} needs a handle opened without Options::read_only")]
+    ReadOnly {
+        /// What was asked: `add`, `delete`, `compact`, ...
+        operation: &'static str,
+    },
 }
 
 /// Writes `item N: ` when an error concerns one item of a batch.

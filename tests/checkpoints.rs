@@ -59,15 +59,6 @@ fn checkpoint_path(dir: &Path, seq: u64) -> PathBuf {
     dir.join(format!("checkpoint-{seq:020}.idx"))
 }
 
-fn copy_store(from: &Path, to: &Path) {
-    for entry in std::fs::read_dir(from).expect("list store") {
-        let entry = entry.expect("dir entry");
-        if entry.file_type().expect("file type").is_file() {
-            std::fs::copy(entry.path(), to.join(entry.file_name())).expect("copy file");
-        }
-    }
-}
-
 fn remove_checkpoints(dir: &Path) {
     for path in checkpoint_files(dir) {
         std::fs::remove_file(path).expect("remove checkpoint");

@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
+use common::copy_store;
 use ctxlog::*;
 use serde_json::json;
 use sha2::{Digest, Sha256};
@@ -146,13 +147,6 @@ fn remove_checkpoints(dir: &Path) {
         if path.extension().is_some_and(|e| e == "idx") {
             std::fs::remove_file(&path).expect("removing a checkpoint");
         }
-    }
-}
-
-fn copy_store(from: &Path, to: &Path) {
-    for entry in std::fs::read_dir(from).expect("listing the store") {
-        let entry = entry.expect("dir entry");
-        std::fs::copy(entry.path(), to.join(entry.file_name())).expect("copying a store file");
     }
 }
 

@@ -81,6 +81,23 @@ pub(crate) enum Command {
     },
 }
 
+impl Command {
+    /// The public operation that sent it, for `Error::ReadOnly`.
+    pub(crate) fn operation(&self) -> &'static str {
+        match self {
+            Command::Write { ops, .. } => match ops.first() {
+                Some(Op::Delete(_)) => "delete",
+                Some(Op::RegisterType(_)) => "register_type",
+                Some(Op::Pin { .. }) => "pin_snapshot",
+                Some(Op::Unpin(_)) => "unpin_snapshot",
+                Some(Op::Put(_)) | None => "add",
+            },
+            Command::Flush { .. } => "flush",
+            Command::Rotate { .. } => "compact",
+        }
+    }
+}
+
 /// A yield that took longer than this means other work wanted the core: polling then costs more
 /// than it saves.
 const SLOW_YIELD: Duration = Duration::from_micros(50);

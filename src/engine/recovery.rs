@@ -13,6 +13,9 @@
 //! Each segment is replayed by the rules of its own format (its frames must be of it), and the
 //! commit time of the last replayed frame that records one (segment format 3) becomes the index's
 //! `committed_at`, else the checkpoint's stays: the writer's commit times go on from it.
+//!
+//! Opened read-only ([`Options::read_only`](crate::Options::read_only)), recovery judges the same
+//! way and changes nothing: what it would cut off or remove is left in place and not read.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -43,7 +46,7 @@ pub struct RecoveryStats {
     pub frames: u64,
     /// Records replayed.
     pub records: u64,
-    /// Bytes of a torn tail cut off the newest segment.
+    /// Bytes of a torn tail cut off the newest segment (opened read-only: left in place, unread).
     pub truncated_bytes: u64,
     /// Zero bytes cut off the newest segment after its last frame: space the writer allocated
     /// ahead of its appends and never wrote (a store that was not closed leaves them). Not damage,
@@ -63,7 +66,8 @@ pub struct RecoveryStats {
 
 pub(crate) struct Recovered {
     pub(crate) index: Index,
-    pub(crate) active: ActiveSegment,
+    /// The newest segment, open for appends; `None` when opened read-only.
+    pub(crate) active: Option<ActiveSegment>,
     pub(crate) next_seq: u64,
     pub(crate) stats: RecoveryStats,
 }
@@ -303,8 +307,11 @@ impl Start {
 }
 
 /// Replays the store in `dir` (which the caller has locked): from the newest valid checkpoint if
-/// there is one, else from the beginning of the log.
-pub(crate) fn recover(storage: &dyn Storage, dir: &Path) -> Result<Recovered> {
+/// there is one, else from the beginning of the log. `read_only`: change no file (a torn tail is
+/// left in place and read up to, a newest segment torn while being created is passed over, stray
+/// temporary files stay, no segment is created) and open no segment for appends; a directory with
+/// no segment is `NotAStore`.
+pub(crate) fn recover(storage: &dyn Storage, dir: &Path, read_only: bool) -> Result<Recovered> {
     let started = std::time::Instant::now();
     let mut stats = RecoveryStats::default();
     let mut numbers = Vec::new();
@@ -314,7 +321,7 @@ pub(crate) fn recover(storage: &dyn Storage, dir: &Path) -> Result<Recovered> {
     for name in names {
         if let Some(number) = parse_segment_file_name(&name) {
             numbers.push(number);
-        } else if name.ends_with(".tmp") {
+        } else if name.ends_with(".tmp") && !read_only {
             let path = dir.join(&name);
             storage
                 .remove(&path)
@@ -323,11 +330,16 @@ pub(crate) fn recover(storage: &dyn Storage, dir: &Path) -> Result<Recovered> {
         }
     }
     numbers.sort_unstable();
+    if read_only && numbers.is_empty() {
+        return Err(Error::NotAStore {
+            path: dir.to_path_buf(),
+        });
+    }
 
     if let Some((seq, path)) = checkpoint::list(storage, dir)?.into_iter().next() {
         let attempt = checkpoint_start(storage, dir, &path, seq, &numbers).and_then(|start| {
             let mut attempt_stats = stats.clone();
-            replay(storage, dir, &numbers, start, &mut attempt_stats)
+            replay(storage, dir, &numbers, start, &mut attempt_stats, read_only)
                 .map(|recovered| (recovered, attempt_stats))
                 .map_err(|e| format!("replay after it failed: {e}"))
         });
@@ -352,7 +364,7 @@ pub(crate) fn recover(storage: &dyn Storage, dir: &Path) -> Result<Recovered> {
             }
         }
     }
-    let (index, active, next_seq) = replay(storage, dir, &numbers, Start::empty(), &mut stats)?;
+    let (index, active, next_seq) = replay(storage, dir, &numbers, Start::empty(), &mut stats, read_only)?;
     stats.millis = saturating_u64(started.elapsed().as_millis());
     Ok(Recovered {
         index,
@@ -424,7 +436,7 @@ fn checkpoint_start(
     })
 }
 
-type Replayed = (Index, ActiveSegment, u64);
+type Replayed = (Index, Option<ActiveSegment>, u64);
 
 /// The first seq of the segment at `path`, if its header can be read and is whole.
 pub(crate) fn next_base_seq(storage: &dyn Storage, path: &Path) -> Option<u64> {
@@ -461,6 +473,7 @@ fn replay(
     numbers: &[u32],
     start: Start,
     stats: &mut RecoveryStats,
+    read_only: bool,
 ) -> Result<Replayed> {
     let Start {
         index,
@@ -476,6 +489,7 @@ fn replay(
         next_seq,
         previous_rewritten: false,
         stats,
+        read_only,
     };
     let mut active = None;
     let count = numbers.len();
@@ -513,10 +527,18 @@ fn replay(
         mut index, next_seq, ..
     } = replay;
     let active = match active {
-        Some(active) => active,
-        None => create_segment(storage, dir, numbers.last().map_or(1, |n| n + 1), next_seq)?,
+        Some(active) => Some(active),
+        None if read_only => None,
+        None => Some(create_segment(
+            storage,
+            dir,
+            numbers.last().map_or(1, |n| n + 1),
+            next_seq,
+        )?),
     };
-    index.segments.insert(active.number, Arc::clone(&active.segment));
+    if let Some(active) = &active {
+        index.segments.insert(active.number, Arc::clone(&active.segment));
+    }
     index.seq = next_seq - 1;
     Ok((index, active, next_seq))
 }
@@ -542,6 +564,8 @@ struct Replay<'a> {
     /// Whether the segment before was rewritten by compaction (and may have lost its last frames).
     previous_rewritten: bool,
     stats: &'a mut RecoveryStats,
+    /// Whether to change no file and open no segment for appends.
+    read_only: bool,
 }
 
 /// The segment a replay is in.
@@ -564,6 +588,9 @@ impl Replay<'_> {
             Ok(header) => header,
             Err(_) if at.newest && bytes.len() <= SEGMENT_HEADER_BYTES => {
                 // Torn while being created: it can hold no frame.
+                if self.read_only {
+                    return Ok(None);
+                }
                 return self.replace_torn(at).map(Some);
             }
             Err(reason) => return Err(corrupt(at.path, 0, reason)),
@@ -581,12 +608,14 @@ impl Replay<'_> {
         let file_len = bytes.len();
         // A mapping must not outlive a cut of its file's tail (see `storage::file`).
         drop(kept);
-        if at.newest {
+        if at.newest && !self.read_only {
             self.open_active(at, end, file_len).map(Some)
         } else {
+            // Read-only, the newest segment is mapped as it is, its frames read up to `end`.
+            let published = if at.newest { end } else { file_len };
             self.index.segments.insert(
                 at.number,
-                Arc::new(Segment::open(self.storage, at.path, true, file_len as u64)?),
+                Arc::new(Segment::open(self.storage, at.path, true, published as u64)?),
             );
             Ok(None)
         }

@@ -39,6 +39,8 @@ pub(crate) struct Shared {
     examined: AtomicU64,
     /// The writer thread's queue; taken (closed) when the store handle closes.
     commands: Mutex<Option<Sender<Command>>>,
+    /// Whether the store was opened read-only: no writer thread, and every command refused.
+    read_only: AtomicBool,
     /// Sequence numbers of live snapshot handles, with how many handles hold each.
     live_snapshots: Mutex<BTreeMap<u64, usize>>,
     /// Releases of handles dropped while `live_snapshots` was locked (a compaction holds it across
@@ -159,6 +161,7 @@ impl Shared {
             queries: AtomicU64::new(0),
             examined: AtomicU64::new(0),
             commands: Mutex::new(None),
+            read_only: AtomicBool::new(false),
             live_snapshots: Mutex::new(BTreeMap::new()),
             released_snapshots: Mutex::new(Vec::new()),
             compaction: Mutex::new(()),
@@ -253,6 +256,16 @@ impl Shared {
                 end: segment.published_len(),
             })
             .collect()
+    }
+
+    /// Marks the store read-only: every command is refused with `ReadOnly` (there is no writer).
+    pub(crate) fn set_read_only(&self) {
+        self.read_only.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the store was opened read-only.
+    pub(crate) fn is_read_only(&self) -> bool {
+        self.read_only.load(Ordering::Relaxed)
     }
 
     /// Opens the writer thread's queue: commands sent from now on go to `sender`.
@@ -357,6 +370,11 @@ impl Shared {
     }
 
     pub(crate) fn send(&self, command: Command) -> Result<()> {
+        if self.is_read_only() {
+            return Err(Error::ReadOnly {
+                operation: command.operation(),
+            });
+        }
         let commands = self.commands.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let sender = commands.as_ref().ok_or(Error::Closed)?;
         sender.send(command).map_err(|_| Error::Closed)
@@ -364,6 +382,9 @@ impl Shared {
 
     /// Makes every published batch durable.
     pub(crate) fn flush(&self) -> Result<()> {
+        if self.is_read_only() {
+            return Ok(());
+        }
         let (reply, answer) = crossbeam_channel::bounded(1);
         self.send(Command::Flush { reply })?;
         wait_for(&answer)

@@ -40,6 +40,11 @@ impl KeySet {
         self.base.len() + self.delta.len()
     }
 
+    /// Entries of versions still stored.
+    pub(crate) fn stored(&self) -> usize {
+        self.len().saturating_sub(self.dead)
+    }
+
     pub(super) fn insert(&mut self, slots: &VersionTable, key: (i64, u32)) {
         if self.base.last().is_none_or(|last| key_of(slots, last) < key) {
             self.base.push(key.1);

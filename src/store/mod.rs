@@ -29,7 +29,7 @@ use crate::engine::shared::{Garbage, Writing};
 use crate::engine::writer::{SyncHelpers, Writer};
 use crate::error::{Error, Result};
 use crate::item::{validate_name, ContextItem, TypeRegistry, TypeSpec};
-use crate::log::segment::ActiveSegment;
+use crate::log::segment::{parse_segment_file_name, ActiveSegment};
 use crate::read::answer::{RawItem, RawResolution, Resolution};
 use crate::read::query::{ContextQuery, QueryStats};
 use crate::snapshot::{Receipt, Snapshot, SnapshotInfo};
@@ -53,7 +53,8 @@ struct StoreInner {
     freer: std::sync::OnceLock<Option<(Sender<Garbage>, JoinHandle<()>)>>,
     options: Options,
     recovery: RecoveryStats,
-    _lock: Box<dyn DirLock>,
+    /// `None` only when opened read-only from a directory without a `LOCK` file.
+    _lock: Option<Box<dyn DirLock>>,
 }
 
 impl Drop for StoreInner {
@@ -174,8 +175,12 @@ impl Store {
     fn open_with(dir: &Path, options: Options) -> Result<Store> {
         options.check()?;
         let storage = Arc::clone(&options.storage);
-        let lock = lock_dir(&*storage, dir)?;
-        let recovered = recover(&*storage, dir)?;
+        let lock = if options.read_only {
+            lock_existing(&*storage, dir)?
+        } else {
+            Some(lock_dir(&*storage, dir)?)
+        };
+        let recovered = recover(&*storage, dir, options.read_only)?;
         let committed_at = recovered.index.committed_at;
         let floor = open_floor(&*storage, dir, &recovered.index, options.clock.now())?;
         let shared = Arc::new(crate::engine::shared::Shared::new(
@@ -193,16 +198,29 @@ impl Store {
         // Checked to be at most 100 years: it fits.
         let retention = i64::try_from(options.history_retention.as_secs()).unwrap_or(i64::MAX);
         shared.configure_history(retention, floor.0, floor.1);
-        let handle = start_writer(&shared, recovered.active, (recovered.next_seq, committed_at), &options)?;
-        let maintenance = Some(start_maintenance(
-            Arc::clone(&shared),
-            options.auto_compact,
-            options.checkpoint_every,
-        )?);
+        let (handle, maintenance) = match recovered.active {
+            Some(active) => (
+                Some(start_writer(
+                    &shared,
+                    active,
+                    (recovered.next_seq, committed_at),
+                    &options,
+                )?),
+                Some(start_maintenance(
+                    Arc::clone(&shared),
+                    options.auto_compact,
+                    options.checkpoint_every,
+                )?),
+            ),
+            None => {
+                shared.set_read_only();
+                (None, None)
+            }
+        };
         Ok(Store {
             inner: Arc::new(StoreInner {
                 shared,
-                writer: Mutex::new(Some(handle)),
+                writer: Mutex::new(handle),
                 maintenance: Mutex::new(maintenance),
                 freer: std::sync::OnceLock::new(),
                 options,
@@ -307,6 +325,9 @@ impl Store {
     /// `Poisoned` after an earlier write failure.
     pub fn compact(&self) -> Result<CompactionReport> {
         let shared = &self.inner.shared;
+        if shared.is_read_only() {
+            return Err(Error::ReadOnly { operation: "compact" });
+        }
         let _one_at_a_time = shared
             .compaction
             .lock()
@@ -454,6 +475,32 @@ fn lock_dir(storage: &dyn Storage, dir: &Path) -> Result<Box<dyn DirLock>> {
     storage
         .try_lock(dir)
         .map_err(|e| Error::io(format!("locking {}", dir.join("LOCK").display()), e))?
+        .ok_or_else(|| Error::Locked {
+            path: dir.to_path_buf(),
+        })
+}
+
+/// For a read-only open: `NotAStore` unless `dir` holds a segment file, and its lock if it has a
+/// `LOCK` file (none is created).
+fn lock_existing(storage: &dyn Storage, dir: &Path) -> Result<Option<Box<dyn DirLock>>> {
+    let not_a_store = || Error::NotAStore {
+        path: dir.to_path_buf(),
+    };
+    let names = match storage.list(dir) {
+        Ok(names) => names,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(not_a_store()),
+        Err(e) => return Err(Error::io(format!("listing {}", dir.display()), e)),
+    };
+    if !names.iter().any(|name| parse_segment_file_name(name).is_some()) {
+        return Err(not_a_store());
+    }
+    if !names.iter().any(|name| name == "LOCK") {
+        return Ok(None);
+    }
+    storage
+        .try_lock(dir)
+        .map_err(|e| Error::io(format!("locking {}", dir.join("LOCK").display()), e))?
+        .map(Some)
         .ok_or_else(|| Error::Locked {
             path: dir.to_path_buf(),
         })

@@ -32,6 +32,7 @@ pub struct Options {
     pub(super) checkpoint_every: u64,
     pub(super) subscription_buffer: usize,
     pub(super) history_retention: Duration,
+    pub(super) read_only: bool,
 }
 
 impl std::fmt::Debug for Options {
@@ -71,6 +72,7 @@ impl Default for Options {
             checkpoint_every: CHECKPOINT_EVERY_BYTES_DEFAULT,
             subscription_buffer: SUBSCRIPTION_BUFFER_DEFAULT,
             history_retention: Duration::ZERO,
+            read_only: false,
         }
     }
 }
@@ -214,11 +216,29 @@ impl Options {
         self
     }
 
+    /// Opens the store without changing any of its files, to look inside it (`ctxlog stats`,
+    /// `verify`, `get`, ...). Default: false. A missing directory, or one without a segment file, is
+    /// [`Error::NotAStore`](crate::Error::NotAStore) and is left as it is (nothing is created). Reads,
+    /// snapshots, pins already made, the change feed and subscriptions work; every write
+    /// (`add`, `delete`, `register_type`, pinning and unpinning, `compact`) is
+    /// [`Error::ReadOnly`](crate::Error::ReadOnly), `flush` has nothing to do, and closing writes no
+    /// checkpoint. A torn tail left by a crash stays in place and unread; no segment is opened for
+    /// appends and no background thread compacts or checkpoints. The store's lock is still taken
+    /// (a store has a `LOCK` file once a writer has opened it; a store without one, such as a copied
+    /// directory, is opened without a lock rather than given a new file), so a read-only handle and a
+    /// writer never share a store.
+    #[must_use]
+    pub fn read_only(mut self, on: bool) -> Self {
+        self.read_only = on;
+        self
+    }
+
     /// Opens (creating if needed) the store in directory `path`.
     ///
     /// # Errors
     /// `Invalid` for a setting out of range; `Locked` if another handle holds the store; `Corrupt` if
     /// acknowledged data is damaged; `Io` if the directory cannot be used.
+    /// With [`Options::read_only`], `NotAStore` instead of creating anything.
     pub fn open(self, path: impl AsRef<Path>) -> Result<Store> {
         Store::open_with(path.as_ref(), self)
     }

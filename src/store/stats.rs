@@ -12,6 +12,11 @@ pub struct Stats {
     pub items: u64,
     /// Stored versions in the index, of every id.
     pub versions: u64,
+    /// Sessions whose scope holds a stored version (superseded or deleted ones count until
+    /// compaction reclaims them).
+    pub sessions: u64,
+    /// Pinned snapshots.
+    pub pins: u64,
     /// Segment files.
     pub segments: u64,
     /// Bytes of every file in the store directory. While the store is open this includes the space
@@ -36,8 +41,15 @@ impl Store {
     #[must_use]
     pub fn stats(&self) -> Stats {
         let shared = &self.inner.shared;
-        let (items, versions, segments, index_bytes, seq) = {
+        let (items, versions, segments, index_bytes, seq, sessions, pins) = {
             let index = shared.read_index();
+            let sessions = index
+                .scopes
+                .values()
+                .iter()
+                .zip(&index.by_scope)
+                .filter(|(scope, set)| matches!(scope, crate::item::Scope::Session(_)) && set.stored() > 0)
+                .count() as u64;
             // A bulk group applied ahead of its fsync is not counted until it is published.
             (
                 index.live_ids.saturating_sub(index.unpublished.live_ids),
@@ -47,6 +59,8 @@ impl Store {
                 index.segments.len() as u64,
                 index.estimated_bytes(),
                 index.seq,
+                sessions,
+                index.pins.len() as u64,
             )
         };
         let bytes_on_disk = shared
@@ -69,6 +83,8 @@ impl Store {
         Stats {
             items,
             versions,
+            sessions,
+            pins,
             segments,
             bytes_on_disk,
             index_bytes,

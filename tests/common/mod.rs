@@ -187,6 +187,28 @@ pub fn frames_end(segment: &[u8]) -> usize {
     at.min(segment.len())
 }
 
+/// Copies every file of the store directory `from` into `to`.
+pub fn copy_store(from: &Path, to: &Path) {
+    for entry in std::fs::read_dir(from).expect("listing the store") {
+        let entry = entry.expect("dir entry");
+        if entry.file_type().expect("file type").is_file() {
+            std::fs::copy(entry.path(), to.join(entry.file_name())).expect("copying a store file");
+        }
+    }
+}
+
+/// Every file of a directory with its bytes, by name: to check that nothing changed it.
+pub fn dir_contents(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    std::fs::read_dir(dir)
+        .expect("listing the directory")
+        .map(|entry| {
+            let entry = entry.expect("dir entry");
+            let name = entry.file_name().to_string_lossy().into_owned();
+            (name, std::fs::read(entry.path()).expect("reading a file"))
+        })
+        .collect()
+}
+
 /// The segment files of a store directory, oldest first.
 pub fn segment_files(dir: &Path) -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
