@@ -24,7 +24,6 @@ fn print_table(out: &mut Out, rows: &[(&str, String)]) -> CliResult<()> {
 pub(crate) fn stats(dir: &Path, as_json: bool) -> CliResult<()> {
     let store = open_read(dir)?;
     let stats = store.stats();
-    let pins = store.snapshots().len();
     let history_start = store.history_start()?;
     let recovery = &stats.recovery;
     let mut out = Out::stdout();
@@ -36,7 +35,8 @@ pub(crate) fn stats(dir: &Path, as_json: bool) -> CliResult<()> {
             "bytes_on_disk": stats.bytes_on_disk,
             "index_bytes": stats.index_bytes,
             "index_bytes_per_item": stats.index_bytes_per_item,
-            "pins": pins,
+            "sessions": stats.sessions,
+            "pins": stats.pins,
             "last_seq": stats.seq,
             "history_start": history_start,
             "recovery": {
@@ -68,7 +68,8 @@ pub(crate) fn stats(dir: &Path, as_json: bool) -> CliResult<()> {
         ),
         ("index bytes", human_bytes(stats.index_bytes)),
         ("index bytes per item", format!("{:.1}", stats.index_bytes_per_item)),
-        ("pins", pins.to_string()),
+        ("sessions", stats.sessions.to_string()),
+        ("pins", stats.pins.to_string()),
         ("last seq", stats.seq.to_string()),
         ("history start", format!("after seq {history_start}")),
         (

@@ -1,5 +1,6 @@
-//! Opening a store, in one place: read-only commands never open (and so never create) a directory
-//! that holds no store, and every open has background compaction off.
+//! Opening a store, in one place: read-only commands open with `Options::read_only` and never open
+//! (and so never create) a directory that holds no store; every open has background compaction
+//! off.
 
 use std::path::Path;
 
@@ -49,11 +50,15 @@ fn check_store(dir: &Path) -> CliResult<()> {
     }
 }
 
-/// Opens the store in `dir` for a command that only reads it. A directory that holds no store is
-/// refused and left as it is.
+/// Opens the store in `dir` for a command that only reads it, read-only: no file of it is
+/// created or changed (no lock file, no checkpoint, a torn tail left in place). A directory that
+/// holds no store is refused and left as it is.
 pub(crate) fn open_read(dir: &Path) -> CliResult<Store> {
     check_store(dir)?;
-    Ok(options().open(dir)?)
+    options().read_only(true).open(dir).map_err(|e| match e {
+        ctxlog::Error::NotAStore { .. } => not_a_store(dir, ""),
+        other => CliError::from(other),
+    })
 }
 
 /// Opens the store in `dir` for a command that changes it (compact, pin, unpin). A directory that

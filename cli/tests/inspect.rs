@@ -19,7 +19,9 @@ fn stats_match_the_library() {
     assert_eq!(report["segments"], stats.segments);
     assert_eq!(report["last_seq"], stats.seq);
     assert_eq!(report["index_bytes"], stats.index_bytes);
-    assert_eq!(report["pins"], store.snapshots().len());
+    assert_eq!(report["pins"], stats.pins);
+    assert_eq!(report["sessions"], stats.sessions);
+    assert_eq!(report["sessions"], 2, "s1 and s2");
     assert_eq!(report["history_start"], store.history_start().unwrap());
     assert!(report["bytes_on_disk"].as_u64().unwrap() > 0);
     assert_eq!(report["recovery"]["records"], stats.recovery.records);
@@ -39,6 +41,7 @@ fn stats_match_the_library() {
     assert_eq!(row("items"), stats.items.to_string());
     assert_eq!(row("versions"), stats.versions.to_string());
     assert_eq!(row("last seq"), stats.seq.to_string());
+    assert_eq!(row("sessions"), stats.sessions.to_string());
 }
 
 #[test]
@@ -254,5 +257,50 @@ fn bad_usage_exits_2() {
     ] {
         let output = run(args);
         assert_eq!(output.status.code(), Some(2), "{args:?}: {}", stderr(&output));
+    }
+}
+
+/// Every file of `dir` with its bytes.
+fn contents(dir: &std::path::Path) -> Vec<(String, Vec<u8>)> {
+    entries(dir)
+        .unwrap()
+        .into_iter()
+        .map(|name| {
+            let bytes = std::fs::read(dir.join(&name)).unwrap();
+            (name, bytes)
+        })
+        .collect()
+}
+
+#[test]
+fn read_commands_change_no_byte_of_a_store() {
+    let dir = tempfile::tempdir().unwrap();
+    build(dir.path(), 300, 50);
+    open(dir.path()).pin_snapshot("kept").unwrap();
+    // A copy without its LOCK file, as a backup would be: no lock file is created in it either.
+    let copy = tempfile::tempdir().unwrap();
+    for name in entries(dir.path()).unwrap() {
+        if name != "LOCK" {
+            std::fs::copy(dir.path().join(&name), copy.path().join(&name)).unwrap();
+        }
+    }
+    for store in [dir.path(), copy.path()] {
+        let before = contents(store);
+        for command in [
+            &["stats"][..],
+            &["stats", "--json"],
+            &["verify"],
+            &["get", "--type", "message"],
+            &["resolve", "it_000001"],
+            &["export"],
+            &["export", "--all-versions"],
+            &["snapshots"],
+            &["changes"],
+        ] {
+            let mut args = vec![command[0], s(store)];
+            args.extend(&command[1..]);
+            run_ok(&args);
+            assert!(contents(store) == before, "{args:?} changed {}", store.display());
+        }
     }
 }
