@@ -4,7 +4,7 @@
 use std::io::IsTerminal;
 use std::time::Duration;
 
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::{ProgressBar, ProgressState, ProgressStyle};
 
 /// Whether progress may be drawn: stderr is a terminal.
 fn enabled() -> bool {
@@ -21,7 +21,13 @@ fn styled(len: Option<u64>, template: &str) -> ProgressBar {
         None => ProgressBar::new_spinner(),
     };
     if let Ok(style) = ProgressStyle::with_template(template) {
-        bar.set_style(style.progress_chars("=> "));
+        // Whole items per second (`{per_sec}` prints four decimals).
+        let style = style
+            .with_key("rate", |state: &ProgressState, w: &mut dyn std::fmt::Write| {
+                let _ = write!(w, "{:.0}/s", state.per_sec());
+            })
+            .progress_chars("=> ");
+        bar.set_style(style);
     }
     bar.enable_steady_tick(Duration::from_millis(120));
     bar
@@ -31,7 +37,7 @@ fn styled(len: Option<u64>, template: &str) -> ProgressBar {
 pub(crate) fn bytes(total: u64) -> ProgressBar {
     styled(
         Some(total),
-        "{spinner} [{elapsed_precise}] [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec}, {eta} left {msg}",
+        "{spinner} {elapsed_precise} [{bar:24}] {bytes}/{total_bytes} {bytes_per_sec}, {eta} left",
     )
 }
 
@@ -39,7 +45,9 @@ pub(crate) fn bytes(total: u64) -> ProgressBar {
 pub(crate) fn items(total: u64, what: &str) -> ProgressBar {
     styled(
         Some(total),
-        &format!("{{spinner}} [{{elapsed_precise}}] [{{bar:30}}] {{pos}}/{{len}} {what} {{per_sec}}, {{eta}} left"),
+        &format!(
+            "{{spinner}} {{elapsed_precise}} [{{bar:24}}] {{human_pos}}/{{human_len}} {what} {{rate}}, {{eta}} left"
+        ),
     )
 }
 
@@ -47,13 +55,13 @@ pub(crate) fn items(total: u64, what: &str) -> ProgressBar {
 pub(crate) fn counter(what: &str) -> ProgressBar {
     styled(
         None,
-        &format!("{{spinner}} [{{elapsed_precise}}] {{pos}} {what} {{per_sec}}"),
+        &format!("{{spinner}} {{elapsed_precise}} {{human_pos}} {what} {{rate}}"),
     )
 }
 
 /// A spinner with a message and the time elapsed, for work without steps to count.
 pub(crate) fn spinner(message: &str) -> ProgressBar {
-    let bar = styled(None, "{spinner} [{elapsed_precise}] {msg}");
+    let bar = styled(None, "{spinner} {elapsed_precise} {msg}");
     bar.set_message(message.to_owned());
     bar
 }

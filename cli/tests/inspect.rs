@@ -304,3 +304,18 @@ fn read_commands_change_no_byte_of_a_store() {
         }
     }
 }
+
+#[test]
+fn demo_still_runs() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("demo");
+    let tour = run_ok(&["demo", s(&dir)]);
+    assert!(tour.contains("checks passed"), "{tour}");
+    // Its store is one the other commands read.
+    let line = run_ok(&["verify", s(&dir)]);
+    assert!(line.starts_with("ok: "), "{line}");
+    // A non-empty directory is refused, as before.
+    let output = run(&["demo", s(&dir)]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(stderr(&output).starts_with("ctxlog: error: "));
+}
