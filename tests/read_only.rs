@@ -308,7 +308,10 @@ fn every_older_format_opens_read_only_and_stays_as_it_was() {
     let mut opened = 0;
     for entry in std::fs::read_dir(&fixtures).expect("listing the fixtures") {
         let fixture = entry.expect("dir entry").path();
-        if !fixture.file_name().is_some_and(|name| name.to_string_lossy().starts_with("format-")) {
+        if !fixture
+            .file_name()
+            .is_some_and(|name| name.to_string_lossy().starts_with("format-"))
+        {
             continue;
         }
         let (looked, written) = (

@@ -20,7 +20,10 @@ use crate::read::runs::Reader;
 use crate::read::view::View;
 use crate::read::walk::{self, run_query};
 
+mod export;
 pub(crate) mod receipts;
+
+pub use export::Export;
 
 pub(crate) use receipts::replay;
 pub use receipts::{Receipt, ReceiptAnswer};
@@ -145,7 +148,7 @@ impl Snapshot {
 
     /// The view this snapshot reads at, given the locked index: for the current state, the index's
     /// sequence number and the clock's time now.
-    fn view(&self, index: &Index) -> View<'_> {
+    pub(crate) fn view(&self, index: &Index) -> View<'_> {
         let (seq, now) = if self.current {
             (index.seq, self.shared.clock.now())
         } else {
