@@ -137,8 +137,8 @@ enum Command {
         /// Write to FILE (created or truncated) instead of stdout.
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
-        /// Every version still stored and readable exactly, oldest first, not only the latest of
-        /// each live id (versions of ids deleted since are left out).
+        /// Every version the store still holds of each id it shows (expired ones included),
+        /// oldest first: each id's history since its last delete, as far as compaction kept it.
         #[arg(long)]
         all_versions: bool,
     },

@@ -235,3 +235,27 @@ fn import_reads_stdin_and_creates_only_where_it_may() {
         stderr(&output)
     );
 }
+
+#[test]
+fn export_after_compaction_still_gives_every_live_item() {
+    let root = tempfile::tempdir().unwrap();
+    let (source, target, file) = (
+        root.path().join("a"),
+        root.path().join("b"),
+        root.path().join("items.jsonl"),
+    );
+    build(&source, 2_000, 100);
+    let store = open(&source);
+    let report = store.compact().unwrap();
+    assert!(report.reclaimed_superseded > 0);
+    let expected = all_items(&store);
+    drop(store);
+    let output = ctxlog()
+        .args(["export", s(&source), "--out", s(&file)])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(stderr(&output).trim(), format!("exported {} items", expected.len()));
+    run_ok(&["import", s(&target), s(&file)]);
+    assert_eq!(all_items(&open(&target)), expected);
+}
