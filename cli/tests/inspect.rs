@@ -319,3 +319,48 @@ fn demo_still_runs() {
     assert_eq!(output.status.code(), Some(1));
     assert!(stderr(&output).starts_with("ctxlog: error: "));
 }
+
+#[test]
+fn verify_lists_each_problem_of_a_store_that_opens() {
+    let dir = tempfile::tempdir().unwrap();
+    build(dir.path(), 300, 50);
+    // Closing a store writes a checkpoint; a damaged one is set aside by opening (which replays the
+    // log instead), and reported by verify.
+    let checkpoint = entries(dir.path())
+        .unwrap()
+        .into_iter()
+        .find(|name| name.starts_with("checkpoint-"))
+        .expect("a checkpoint file");
+    let path = dir.path().join(&checkpoint);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x40;
+    std::fs::write(&path, &bytes).unwrap();
+
+    let output = run(&["verify", s(dir.path())]);
+    let json_output = run(&["verify", s(dir.path()), "--json"]);
+    // The library's own verify; opening a writer afterwards writes a fresh checkpoint.
+    let expected = open(dir.path()).verify().unwrap();
+    assert!(!expected.is_ok());
+    let lines: Vec<String> = expected
+        .problems
+        .iter()
+        .map(|p| format!("{}:{}: {}", p.file.display(), p.offset, p.reason))
+        .collect();
+
+    assert_eq!(output.status.code(), Some(1));
+    let stdout = String::from_utf8(output.stdout.clone()).unwrap();
+    assert_eq!(stdout.lines().collect::<Vec<_>>(), lines);
+    assert!(stdout.contains(&checkpoint), "{stdout}");
+    let err = stderr(&output);
+    assert!(
+        err.starts_with(&format!("ctxlog: error: {} problem(s) found", lines.len())),
+        "{err}"
+    );
+
+    assert_eq!(json_output.status.code(), Some(1));
+    let json: Value = serde_json::from_slice(&json_output.stdout).unwrap();
+    assert_eq!(json["ok"], false);
+    assert_eq!(json["records_checked"], expected.records_checked);
+    assert_eq!(json["problems"].as_array().unwrap().len(), lines.len());
+}
