@@ -5,8 +5,8 @@ use std::path::Path;
 use ctxlog::{format_rfc3339, SnapshotInfo, Store};
 use serde_json::{json, Value};
 
-use crate::error::{describe, CliError, CliResult};
-use crate::open::open_read;
+use crate::error::{CliError, CliResult};
+use crate::open::{open_read, open_read_or};
 use crate::out::Out;
 use crate::progress;
 use crate::report::human_bytes;
@@ -96,7 +96,12 @@ pub(crate) fn stats(dir: &Path, as_json: bool) -> CliResult<()> {
 /// the first damage.
 pub(crate) fn verify(dir: &Path, as_json: bool) -> CliResult<()> {
     let bar = progress::spinner("opening the store");
-    let store = match open_read(dir) {
+    let store = match open_read_or(dir, |e| match e {
+        ctxlog::Error::Corrupt { .. } => CliError::failure(format!(
+            "{e}; the store does not open, so verify stops at this first damage; restore the store from a backup"
+        )),
+        other => CliError::from(other),
+    }) {
         Ok(store) => store,
         Err(e) => {
             bar.finish_and_clear();
@@ -107,7 +112,9 @@ pub(crate) fn verify(dir: &Path, as_json: bool) -> CliResult<()> {
     let report = store.verify();
     bar.finish_and_clear();
     let report = report.map_err(|e| match e {
-        ctxlog::Error::Corrupt { .. } => CliError::failure(format!("verify found damage: {}", describe(&e))),
+        ctxlog::Error::Corrupt { .. } => CliError::failure(format!(
+            "{e}; verify cannot read past this damage; restore the store from a backup"
+        )),
         other => CliError::from(other),
     })?;
     let mut out = Out::stdout();

@@ -54,10 +54,15 @@ fn check_store(dir: &Path) -> CliResult<()> {
 /// created or changed (no lock file, no checkpoint, a torn tail left in place). A directory that
 /// holds no store is refused and left as it is.
 pub(crate) fn open_read(dir: &Path) -> CliResult<Store> {
+    open_read_or(dir, CliError::from)
+}
+
+/// [`open_read`], telling the library's errors with `describe`.
+pub(crate) fn open_read_or(dir: &Path, describe: impl FnOnce(ctxlog::Error) -> CliError) -> CliResult<Store> {
     check_store(dir)?;
     options().read_only(true).open(dir).map_err(|e| match e {
         ctxlog::Error::NotAStore { .. } => not_a_store(dir, ""),
-        other => CliError::from(other),
+        other => describe(other),
     })
 }
 

@@ -90,6 +90,25 @@ fn verify_finds_a_flipped_byte() {
     assert!(names_offset, "names an offset: {said}");
     assert!(stderr(&output).starts_with("ctxlog: error: "), "{said}");
     assert_eq!(stderr(&output).lines().count(), 1, "one error line: {said}");
+
+    // Without the checkpoint that let the store open without reading the frame, opening finds the
+    // damage: every command names it, and the others point to verify.
+    for name in entries(dir.path()).unwrap() {
+        if name.starts_with("checkpoint-") {
+            std::fs::remove_file(dir.path().join(name)).unwrap();
+        }
+    }
+    let output = run(&["verify", s(dir.path())]);
+    assert_eq!(output.status.code(), Some(1));
+    let err = stderr(&output);
+    assert!(
+        err.contains("00000001.seg at offset ") && err.contains("first damage"),
+        "{err}"
+    );
+    let output = run(&["stats", s(dir.path())]);
+    assert_eq!(output.status.code(), Some(1));
+    let err = stderr(&output);
+    assert!(err.contains("00000001.seg") && err.contains("ctxlog verify"), "{err}");
 }
 
 #[test]
