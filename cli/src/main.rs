@@ -6,16 +6,19 @@
 //!   data in `data.rs`). The store's clock is a `ManualClock` standing at 2024-05-10T10:00:00Z, the
 //!   data comes from a seeded generator and background compaction is off, so every run on a fresh
 //!   directory prints the same answers (timings aside).
-//! - looking inside a store without changing what it holds (`inspect.rs`, `query.rs`, `feed.rs`):
+//! - looking inside a store without changing a byte of it (`inspect.rs`, `query.rs`, `feed.rs`):
 //!   `stats`, `verify`, `snapshots`, `get` (a query), `resolve` (references), `changes` (the change
-//!   feed);
-//! - moving items out and in (`transfer.rs`): `export` and `import`, as JSON lines;
+//!   feed), and `export`;
+//! - moving items out and in (`transfer.rs`): `export` (the library's streaming export, in commit
+//!   order) and `import` (JSON lines in atomic batches of 1,000; a rerun leaves stored items
+//!   unchanged), as JSON lines;
 //! - maintenance (`maintain.rs`): `compact`, `pin`, `unpin`.
 //!
 //! Items, resolutions and changes print as JSON lines; reports print as a short aligned table, or
 //! as one JSON object with `--json`. Long work draws a progress bar on stderr when stderr is a
-//! terminal (`progress.rs`). Every store is opened in `open.rs`: read-only commands refuse a
-//! directory that holds no store without creating or changing it, and background compaction is
+//! terminal (`progress.rs`). Every store is opened in `open.rs`: read-only commands open it with
+//! `Options::read_only` and refuse a directory that holds no store without creating or changing
+//! it; `import` creates a store only in a missing or empty directory; background compaction is
 //! always off. Errors print as one line `ctxlog: error: ...` saying what to do (`error.rs`); the
 //! exit status is 0 done, 1 failed or found problems, 2 bad usage.
 //!
@@ -56,6 +59,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// A tour of the engine on a fresh store, with counts and timings.
+    ///
     /// Writes a few thousand items into a store and shows queries, resolves, sessions, pinned
     /// snapshots with digests and receipts, compaction, reopening from a checkpoint and verification,
     /// with counts and timings.
@@ -63,8 +68,10 @@ enum Command {
         /// Store directory, empty or new. Default: a fresh directory under the system temp dir.
         dir: Option<PathBuf>,
     },
-    /// Figures about a store: items, versions, segments, bytes on disk, index bytes per item, pins,
-    /// last seq, what opening it found.
+    /// Figures about a store.
+    ///
+    /// Items, versions, sessions, segments, bytes on disk, index bytes per item, pins, last seq,
+    /// where the change feed starts, and what opening the store found.
     Stats {
         /// Store directory.
         dir: PathBuf,
@@ -72,8 +79,10 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Reads every record, checkpoint and pin back (CRCs and content hashes); exit 1 and each
-    /// problem as FILE:OFFSET: reason if any.
+    /// Reads every record, checkpoint and pin back; exit 1 if anything is damaged.
+    ///
+    /// Checks CRCs and content hashes; prints each problem as FILE:OFFSET: reason and exits 1 if
+    /// there is any. A store too damaged to open fails with the file and offset of the damage.
     Verify {
         /// Store directory.
         dir: PathBuf,
@@ -81,8 +90,10 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// A query: the latest version of each live item that passes every filter, as JSON lines,
-    /// oldest first by (timestamp, id) unless --newest-first.
+    /// A query: items as JSON lines.
+    ///
+    /// The latest version of each live item that passes every filter, as JSON lines, oldest first
+    /// by (timestamp, id) unless --newest-first.
     Get {
         /// Store directory.
         dir: PathBuf,
@@ -117,7 +128,7 @@ enum Command {
         #[arg(long, value_name = "N")]
         limit: Option<usize>,
     },
-    /// Resolves references (`id` or `id@version`): one resolution per line, as JSON, in order.
+    /// Resolves references (`id` or `id@version`): one resolution per line, as JSON.
     Resolve {
         /// Store directory.
         dir: PathBuf,
@@ -128,9 +139,10 @@ enum Command {
         #[arg(long, value_name = "S")]
         session: Option<String>,
     },
-    /// Every live item (or every stored version) as JSON lines, in seq order; `ctxlog import`
-    /// reads them back (types registered in this store must be registered in the other with
-    /// `import --register-type`). Prints how many items it wrote on stderr.
+    /// Every live item (or every stored version) as JSON lines, in seq order.
+    ///
+    /// `ctxlog import` reads them back (types registered in this store must be registered in the
+    /// other with `import --register-type`). Prints how many items it wrote on stderr.
     Export {
         /// Store directory.
         dir: PathBuf,
@@ -142,8 +154,9 @@ enum Command {
         #[arg(long)]
         all_versions: bool,
     },
-    /// Adds items from a file of JSON lines (one item per line, as `ctxlog export` writes them) in
-    /// atomic batches of 1,000. An item that does not parse or is refused stops the import and names
+    /// Adds items from a file of JSON lines, in batches of 1,000.
+    ///
+    /// One item per line, as `ctxlog export` writes them; each batch of 1,000 is atomic. An item that does not parse or is refused stops the import and names
     /// its line; the batches before it stay committed and the command says up to which line. Items
     /// already stored with the same version and content are left unchanged, so running the same file
     /// again is harmless. Creates the store in a missing or empty directory.
@@ -158,8 +171,9 @@ enum Command {
         #[arg(long = "register-type", value_name = "NAME[=REGEX]")]
         register_types: Vec<String>,
     },
-    /// Compacts the store: reclaims expired, superseded and deleted versions that no pinned
-    /// snapshot still sees, and prints the report.
+    /// Compacts the store and prints the report.
+    ///
+    /// Reclaims expired, superseded and deleted versions that no pinned snapshot still sees.
     Compact {
         /// Store directory.
         dir: PathBuf,
@@ -185,8 +199,9 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Unpins the snapshot NAME (exit 1 if there is none), so that compaction may reclaim what it
-    /// kept.
+    /// Unpins the snapshot NAME (exit 1 if there is none).
+    ///
+    /// The next compaction may then reclaim what it kept.
     Unpin {
         /// Store directory.
         dir: PathBuf,
@@ -196,7 +211,7 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// The change feed: every change after seq SEQ as JSON lines, in seq order.
+    /// The change feed: every change after a seq, as JSON lines.
     Changes {
         /// Store directory.
         dir: PathBuf,

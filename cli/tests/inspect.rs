@@ -9,6 +9,7 @@ use serde_json::Value;
 
 #[test]
 fn stats_match_the_library() {
+    let _serial = common::serial();
     let dir = tempfile::tempdir().unwrap();
     build(dir.path(), 500, 100);
     let report: Value = serde_json::from_str(&run_ok(&["stats", s(dir.path()), "--json"])).unwrap();
@@ -46,6 +47,7 @@ fn stats_match_the_library() {
 
 #[test]
 fn verify_passes_a_sound_store() {
+    let _serial = common::serial();
     let dir = tempfile::tempdir().unwrap();
     build(dir.path(), 300, 50);
     let line = run_ok(&["verify", s(dir.path())]);
@@ -71,6 +73,7 @@ fn verify_passes_a_sound_store() {
 
 #[test]
 fn verify_finds_a_flipped_byte() {
+    let _serial = common::serial();
     let dir = tempfile::tempdir().unwrap();
     // Several batches, so that the damaged first frame is followed by good ones (no torn tail).
     build(dir.path(), 300, 50);
@@ -113,6 +116,7 @@ fn verify_finds_a_flipped_byte() {
 
 #[test]
 fn pin_snapshots_and_unpin_round_trip() {
+    let _serial = common::serial();
     let dir = tempfile::tempdir().unwrap();
     build(dir.path(), 200, 50);
     let last_seq = open(dir.path()).last_seq();
@@ -169,6 +173,7 @@ fn pin_snapshots_and_unpin_round_trip() {
 
 #[test]
 fn compact_reports_what_the_library_reports() {
+    let _serial = common::serial();
     let dir = tempfile::tempdir().unwrap();
     let twin = tempfile::tempdir().unwrap();
     build(dir.path(), 1_000, 100);
@@ -204,6 +209,7 @@ fn compact_reports_what_the_library_reports() {
 
 #[test]
 fn a_locked_store_names_its_lock() {
+    let _serial = common::serial();
     let dir = tempfile::tempdir().unwrap();
     build(dir.path(), 10, 10);
     let held = open(dir.path());
@@ -225,6 +231,7 @@ fn a_locked_store_names_its_lock() {
 
 #[test]
 fn a_directory_without_a_store_is_refused_and_left_alone() {
+    let _serial = common::serial();
     let root = tempfile::tempdir().unwrap();
     let empty = root.path().join("empty");
     std::fs::create_dir(&empty).unwrap();
@@ -265,6 +272,7 @@ fn a_directory_without_a_store_is_refused_and_left_alone() {
 
 #[test]
 fn bad_usage_exits_2() {
+    let _serial = common::serial();
     for args in [
         &["stats"][..],
         &["stats", "/tmp", "--bogus"],
@@ -293,6 +301,7 @@ fn contents(dir: &std::path::Path) -> Vec<(String, Vec<u8>)> {
 
 #[test]
 fn read_commands_change_no_byte_of_a_store() {
+    let _serial = common::serial();
     let dir = tempfile::tempdir().unwrap();
     build(dir.path(), 300, 50);
     open(dir.path()).pin_snapshot("kept").unwrap();
@@ -326,6 +335,7 @@ fn read_commands_change_no_byte_of_a_store() {
 
 #[test]
 fn demo_still_runs() {
+    let _serial = common::serial();
     let root = tempfile::tempdir().unwrap();
     let dir = root.path().join("demo");
     let tour = run_ok(&["demo", s(&dir)]);
@@ -341,6 +351,7 @@ fn demo_still_runs() {
 
 #[test]
 fn verify_lists_each_problem_of_a_store_that_opens() {
+    let _serial = common::serial();
     let dir = tempfile::tempdir().unwrap();
     build(dir.path(), 300, 50);
     // Closing a store writes a checkpoint; a damaged one is set aside by opening (which replays the

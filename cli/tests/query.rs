@@ -14,6 +14,7 @@ fn as_values<T: serde::Serialize>(items: &[T]) -> Vec<Value> {
 
 #[test]
 fn get_answers_as_the_library_does() {
+    let _serial = common::serial();
     let dir = tempfile::tempdir().unwrap();
     build(dir.path(), 400, 100);
     let (from, to) = ("2024-05-09T12:00:00Z", "2024-05-09T18:00:00Z");
@@ -84,6 +85,7 @@ fn get_answers_as_the_library_does() {
 
 #[test]
 fn get_refuses_a_bad_time_as_usage() {
+    let _serial = common::serial();
     let dir = tempfile::tempdir().unwrap();
     build(dir.path(), 10, 10);
     for args in [
@@ -102,6 +104,7 @@ fn get_refuses_a_bad_time_as_usage() {
 
 #[test]
 fn resolve_answers_as_the_library_does() {
+    let _serial = common::serial();
     let dir = tempfile::tempdir().unwrap();
     build(dir.path(), 100, 50);
     // it_000000 has versions 1 and 2; it_000007 is deleted; it_000002 is s1's.
@@ -148,6 +151,7 @@ fn resolve_answers_as_the_library_does() {
 
 #[test]
 fn changes_are_the_feed() {
+    let _serial = common::serial();
     let dir = tempfile::tempdir().unwrap();
     build(dir.path(), 300, 50);
     let all = json_lines(&run_ok(&["changes", s(dir.path())]));

@@ -26,6 +26,7 @@ fn line(i: usize) -> String {
 
 #[test]
 fn export_then_import_gives_the_same_items() {
+    let _serial = common::serial();
     const N: usize = 100_000;
     let root = tempfile::tempdir().unwrap();
     let (source, target, file) = (
@@ -87,6 +88,7 @@ fn export_then_import_gives_the_same_items() {
 
 #[test]
 fn all_versions_exports_every_version_still_readable() {
+    let _serial = common::serial();
     let root = tempfile::tempdir().unwrap();
     let (source, target) = (root.path().join("a"), root.path().join("b"));
     build(&source, 500, 100);
@@ -124,6 +126,7 @@ fn all_versions_exports_every_version_still_readable() {
 
 #[test]
 fn a_bad_line_stops_the_import_after_the_committed_batches() {
+    let _serial = common::serial();
     let root = tempfile::tempdir().unwrap();
     let (dir, file) = (root.path().join("store"), root.path().join("items.jsonl"));
     let mut lines: Vec<String> = (0..3_000).map(line).collect();
@@ -155,6 +158,7 @@ fn a_bad_line_stops_the_import_after_the_committed_batches() {
 
 #[test]
 fn a_refused_item_names_its_line() {
+    let _serial = common::serial();
     let root = tempfile::tempdir().unwrap();
     let (dir, file) = (root.path().join("store"), root.path().join("items.jsonl"));
     let mut lines: Vec<String> = (0..2_500).map(line).collect();
@@ -194,6 +198,7 @@ fn a_refused_item_names_its_line() {
 
 #[test]
 fn import_reads_stdin_and_creates_only_where_it_may() {
+    let _serial = common::serial();
     let root = tempfile::tempdir().unwrap();
     let dir = root.path().join("new");
     // Empty lines are skipped.
@@ -238,6 +243,7 @@ fn import_reads_stdin_and_creates_only_where_it_may() {
 
 #[test]
 fn export_after_compaction_still_gives_every_live_item() {
+    let _serial = common::serial();
     let root = tempfile::tempdir().unwrap();
     let (source, target, file) = (
         root.path().join("a"),

@@ -5,11 +5,20 @@
 
 use std::path::Path;
 use std::process::Output;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use assert_cmd::Command;
 use ctxlog::{ContextItem, ContextQuery, ManualClock, Options, Scope, Store};
 use serde_json::{json, Value};
+
+/// Taken by every test for its whole run: the tests of one binary run one at a time. A store's
+/// lock is an `flock` on its LOCK file, and a child process that another test thread spawns
+/// inherits every open descriptor until it execs, so a store dropped and reopened (by the test or
+/// by the binary it runs) while another test spawns a process could find its own lock still held.
+pub fn serial() -> MutexGuard<'static, ()> {
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+    ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 
 /// The test stores' clock: 2024-05-10T10:00:00Z.
 pub const NOW: i64 = 1_715_335_200;
