@@ -59,6 +59,6 @@ pub use crate::engine::recovery::RecoveryStats;
 pub use crate::error::{Error, Result};
 pub use crate::item::{canonical_json, ContextItem, Scope, TypeSpec};
 pub use crate::read::{ContextQuery, IndexUsed, QueryStats, RawItem, RawResolution, Resolution};
-pub use crate::snapshot::{Export, Receipt, ReceiptAnswer, Snapshot, SnapshotInfo};
+pub use crate::snapshot::{Export, ExportOf, RawExport, Receipt, ReceiptAnswer, Snapshot, SnapshotInfo};
 pub use crate::store::{AddOutcome, Durability, Options, Problem, SessionView, Stats, Store, VerifyReport};
 pub use crate::time::{format_rfc3339, TimeRange};

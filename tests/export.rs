@@ -91,6 +91,14 @@ fn an_export_is_what_get_shows_in_commit_order() {
     expected.sort_by_key(order);
     assert_eq!(items, expected);
     assert!(items.windows(2).all(|pair| order(&pair[0]) <= order(&pair[1])));
+    // The raw export gives each of them as its JSON, in the same order.
+    let raw: Vec<String> = snapshot
+        .export_raw()
+        .map(|item| item.map(|raw| raw.as_str().to_owned()))
+        .collect::<Result<_, _>>()
+        .expect("raw export");
+    let as_json: Vec<String> = items.iter().map(|i| serde_json::to_string(i).expect("json")).collect();
+    assert_eq!(raw, as_json);
 
     // A session's snapshot exports what that session sees.
     let session = store.session("s1").snapshot();
@@ -133,6 +141,16 @@ fn every_version_is_the_history_of_each_id_since_its_last_delete() {
     let seqs = added_seqs(&store);
     let snapshot = store.snapshot();
     let versions = exported(snapshot.export_all_versions());
+    let raw: Vec<String> = snapshot
+        .export_all_versions_raw()
+        .map(|item| item.map(|raw| raw.as_str().to_owned()))
+        .collect::<Result<_, _>>()
+        .expect("raw export");
+    let as_json: Vec<String> = versions
+        .iter()
+        .map(|i| serde_json::to_string(i).expect("json"))
+        .collect();
+    assert_eq!(raw, as_json);
 
     // In commit order, each (id, version) once.
     let order = |item: &ContextItem| seqs[&(item.id.clone(), item.version.clone())];

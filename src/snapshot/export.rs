@@ -1,5 +1,6 @@
 //! [`Snapshot::export`] and [`Snapshot::export_all_versions`]: every item a snapshot shows, or every
-//! stored version of the ids it shows, in the order the log committed them, read a chunk at a time.
+//! stored version of the ids it shows, in the order the log committed them, read a chunk at a time;
+//! parsed, or as their JSON ([`Snapshot::export_raw`], for a writer of JSON lines).
 //!
 //! The versions are chosen once, under one index lock (a pass over the version table: 24 bytes kept
 //! per version chosen), and ordered by their batch's seq and their place in the log. Their records
@@ -9,9 +10,10 @@
 use std::collections::VecDeque;
 
 use crate::error::{Error, Result};
-use crate::index::{FastMap, Index};
+use crate::index::{FastMap, Index, VersionEntry};
 use crate::item::ContextItem;
-use crate::read::record::read_item;
+use crate::read::answer::RawItem;
+use crate::read::record::{raw_item_of, read_item, with_record, ReadFailure};
 use crate::read::view::{Sight, View};
 use crate::snapshot::Snapshot;
 
@@ -21,14 +23,38 @@ const CHUNK: usize = 512;
 /// The versions an export reads, in log order: (seq created, segment, offset, slot).
 type Chosen = Vec<(u64, u32, u32, u32)>;
 
-/// The items of an export ([`Snapshot::export`]), in the order the log committed them.
-#[derive(Debug)]
-pub struct Export {
+/// Reads one chosen version's record.
+type ReadOne<T> = fn(&Index, &VersionEntry) -> std::result::Result<T, ReadFailure>;
+
+/// The items of an export, in the order the log committed them: parsed ([`Export`]) or as their
+/// JSON ([`RawExport`]).
+pub struct ExportOf<T> {
     /// Keeps compaction from reclaiming what the snapshot sees while the export runs.
     snapshot: Snapshot,
     chosen: Chosen,
     next: usize,
-    ready: VecDeque<Result<ContextItem>>,
+    ready: VecDeque<Result<T>>,
+    read: ReadOne<T>,
+}
+
+/// The items of [`Snapshot::export`] or [`Snapshot::export_all_versions`], parsed.
+pub type Export = ExportOf<ContextItem>;
+/// The items of [`Snapshot::export_raw`] or [`Snapshot::export_all_versions_raw`], as their JSON
+/// (checked as a parsed read checks them: record CRC, identity, content SHA-256).
+pub type RawExport = ExportOf<RawItem>;
+
+impl<T> std::fmt::Debug for ExportOf<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Export")
+            .field("snapshot", &self.snapshot)
+            .field("total", &self.chosen.len())
+            .field("next", &self.next)
+            .finish_non_exhaustive()
+    }
+}
+
+fn read_raw(index: &Index, version: &VersionEntry) -> std::result::Result<RawItem, ReadFailure> {
+    with_record(index, version, None, raw_item_of)
 }
 
 impl Snapshot {
@@ -39,7 +65,20 @@ impl Snapshot {
     /// hashes and versions.
     #[must_use]
     pub fn export(&self) -> Export {
-        Export::new(self, false)
+        ExportOf::new(self, false, read_item)
+    }
+
+    /// [`Snapshot::export`], each item as its JSON (what `serde_json::to_string` of the parsed
+    /// item gives), without parsing it.
+    #[must_use]
+    pub fn export_raw(&self) -> RawExport {
+        ExportOf::new(self, false, read_raw)
+    }
+
+    /// [`Snapshot::export_all_versions`], each item as its JSON.
+    #[must_use]
+    pub fn export_all_versions_raw(&self) -> RawExport {
+        ExportOf::new(self, true, read_raw)
     }
 
     /// Every version the store still holds, of every id this snapshot shows (expired ones
@@ -49,22 +88,23 @@ impl Snapshot {
     /// the export reads: they are then left out.
     #[must_use]
     pub fn export_all_versions(&self) -> Export {
-        Export::new(self, true)
+        ExportOf::new(self, true, read_item)
     }
 }
 
-impl Export {
-    fn new(snapshot: &Snapshot, all_versions: bool) -> Export {
+impl<T> ExportOf<T> {
+    fn new(snapshot: &Snapshot, all_versions: bool, read: ReadOne<T>) -> ExportOf<T> {
         let chosen = {
             let index = snapshot.shared.read_index_for_caller();
             let view = snapshot.view(&index);
             choose(&index, &view, all_versions)
         };
-        Export {
+        ExportOf {
             snapshot: snapshot.clone(),
             chosen,
             next: 0,
             ready: VecDeque::new(),
+            read,
         }
     }
 
@@ -87,16 +127,16 @@ impl Export {
                 // Reclaimed since it was chosen: only a version the snapshot does not see can be.
                 continue;
             };
-            self.ready.push_back(read_item(&index, &version).map_err(Error::from));
+            self.ready.push_back((self.read)(&index, &version).map_err(Error::from));
         }
         self.next = end;
     }
 }
 
-impl Iterator for Export {
-    type Item = Result<ContextItem>;
+impl<T> Iterator for ExportOf<T> {
+    type Item = Result<T>;
 
-    fn next(&mut self) -> Option<Result<ContextItem>> {
+    fn next(&mut self) -> Option<Result<T>> {
         while self.ready.is_empty() && self.next < self.chosen.len() {
             self.fill();
         }

@@ -23,7 +23,7 @@ use crate::read::walk::{self, run_query};
 mod export;
 pub(crate) mod receipts;
 
-pub use export::Export;
+pub use export::{Export, ExportOf, RawExport};
 
 pub(crate) use receipts::replay;
 pub use receipts::{Receipt, ReceiptAnswer};

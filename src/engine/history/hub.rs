@@ -18,7 +18,7 @@ use super::feed::{each_change_view, frame_len_and_seq};
 use super::filter::ChangeFilter;
 use crate::engine::shared::Shared;
 use crate::index::FastMap;
-use crate::log::record::{split_batch, RawRecord, FRAME_HEADER_BYTES};
+use crate::log::record::{split_batch, FRAME_HEADER_BYTES};
 
 /// `Options::subscription_buffer`'s default.
 pub(crate) const SUBSCRIPTION_BUFFER_DEFAULT: usize = 10_000;
@@ -397,24 +397,33 @@ impl Hub {
                 .bytes
                 .get(FRAME_HEADER_BYTES..FRAME_HEADER_BYTES + crate::num::usize_from_u32(len))
                 .unwrap_or_default();
-            let records = match split_batch(payload)
-                .and_then(|records| {
-                    records
-                        .iter()
-                        .map(RawRecord::decode_encoded)
-                        .collect::<Result<Vec<_>, _>>()
-                })
-                .map_err(|e| e.0)
-            {
+            let records = match split_batch(payload) {
                 Ok(records) => records,
                 Err(reason) => {
                     // The writer encoded it a moment ago: a bug, not damage on a disk.
-                    tracing::error!("batch {} cannot be decoded for its subscribers: {reason}", frame.seq);
+                    tracing::error!(
+                        "batch {} cannot be decoded for its subscribers: {}",
+                        frame.seq,
+                        reason.0
+                    );
                     continue;
                 }
             };
+            // Decoded one record at a time, as the changes are handed out: a batch of thousands is
+            // never copied into a second array of decoded records.
+            let decoded_each = records.iter().map_while(|record| match record.decode_encoded() {
+                Ok(view) => Some(view),
+                Err(reason) => {
+                    tracing::error!(
+                        "batch {} cannot be decoded for its subscribers: {}",
+                        frame.seq,
+                        reason.0
+                    );
+                    None
+                }
+            });
             let state = &*state;
-            let decoded = each_change_view(frame.seq, records.into_iter(), |view| {
+            let decoded = each_change_view(frame.seq, decoded_each, |view| {
                 if let (Some(expiries), Some(expires_at)) = (expiries.as_deref_mut(), view.expires_at()) {
                     expiries.note(expires_at, view.id());
                 }

@@ -152,6 +152,7 @@ impl BatchEncoder {
     /// Starts a frame of the current segment format (3): the header is filled in by
     /// [`BatchEncoder::finish`]. The frame's first record is its sync mark, filled in by
     /// [`set_frame_header`](super::set_frame_header).
+    #[cfg(test)]
     pub(crate) fn new() -> Self {
         Self::with_capacity(0)
     }

@@ -40,7 +40,7 @@ mod frame;
 mod kinds;
 
 pub(crate) use cursor::Cursor;
-pub(crate) use decode::{decode_batch, decode_checked_record, decode_record, split_batch, RawRecord};
+pub(crate) use decode::{decode_batch, decode_checked_record, decode_record, split_batch};
 pub(crate) use encode::{encode_put, BatchEncoder};
 pub(crate) use frame::{check_frame_format, frame_sync_mark, read_frame, set_frame_header, FrameError};
 pub(crate) use kinds::{PutRef, PutView, RecordTag, RecordView, ScopeView};
