@@ -1,8 +1,9 @@
 //! `export` and `import`: a store's items as JSON lines, out and in.
 //!
-//! Export streams the library's export of a snapshot of now (`Snapshot::export`, or
-//! `Snapshot::export_all_versions`): the items in the order their batches committed, read a chunk
-//! at a time, so that memory stays bounded whatever the store's size.
+//! Export streams the library's export of a snapshot of now (`Snapshot::export_raw`, or
+//! `Snapshot::export_all_versions_raw`: each item's JSON, unparsed): the items in the order their
+//! batches committed, read a chunk at a time, so that memory stays bounded whatever the store's
+//! size.
 //! Import reads JSON lines one at a time and adds them in batches of [`IMPORT_BATCH`].
 
 use std::fs::File;
@@ -33,17 +34,17 @@ pub(crate) fn export(dir: &Path, out: Option<&Path>, all_versions: bool) -> CliR
     };
     let mut writer = BufWriter::with_capacity(1 << 16, writer);
     let snapshot = store.snapshot();
+    // Each item as its JSON, unparsed: the bytes `serde_json::to_string(&item)` would give.
     let items = if all_versions {
-        snapshot.export_all_versions()
+        snapshot.export_all_versions_raw()
     } else {
-        snapshot.export()
+        snapshot.export_raw()
     };
     let bar = progress::items(items.total() as u64, "items");
     let mut exported: u64 = 0;
     let result = (|| -> CliResult<()> {
         for item in items {
-            let line = serde_json::to_string(&item?).map_err(|e| CliError::failure(format!("writing an item: {e}")))?;
-            write_line(&mut writer, &line, &target)?;
+            write_line(&mut writer, item?.as_str(), &target)?;
             exported += 1;
             bar.inc(1);
         }
