@@ -115,7 +115,8 @@ pub enum Error {
         /// The name that was asked for.
         name: String,
     },
-    /// Another handle (in this process or another) holds the store's lock.
+    /// Another handle (in this process or another) holds the store's lock, and kept it for the
+    /// quarter of a second opening waits for it.
     #[error("store directory {} is locked by another open handle; close it first", path.display())]
     Locked {
         /// The store's directory.

@@ -332,3 +332,42 @@ fn every_older_format_opens_read_only_and_stays_as_it_was() {
     }
     assert!(opened >= 7, "only {opened} format fixtures found");
 }
+
+/// A process started by another thread holds a copy of the store's lock until it executes its
+/// program: a store dropped and reopened meanwhile waits for it rather than fail as `Locked`.
+#[test]
+fn a_process_starting_beside_a_reopen_never_makes_it_locked() {
+    let clock = clock_at(NOW);
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_store(dir.path(), &clock);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let spawner = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let mut started = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                std::process::Command::new("true").status().expect("run true");
+                started += 1;
+            }
+            started
+        })
+    };
+    for round in 0..200 {
+        let store = if round % 2 == 0 {
+            Options::new()
+                .clock(Arc::clone(&clock) as Arc<dyn Clock>)
+                .open(dir.path())
+        } else {
+            read_only_at(dir.path(), &clock)
+        };
+        match store {
+            Ok(store) => drop(store),
+            Err(e) => panic!("round {round}: {e}"),
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        spawner.join().expect("spawner") > 10,
+        "processes were started meanwhile"
+    );
+}

@@ -440,12 +440,33 @@ fn lock_dir(storage: &dyn Storage, dir: &Path) -> Result<Box<dyn DirLock>> {
     storage
         .create_dir_all(dir)
         .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
-    storage
-        .try_lock(dir)
-        .map_err(|e| Error::io(format!("locking {}", dir.join("LOCK").display()), e))?
-        .ok_or_else(|| Error::Locked {
-            path: dir.to_path_buf(),
-        })
+    take_lock(storage, dir)
+}
+
+/// How long opening waits for a lock held elsewhere before it says `Locked`: a process another
+/// thread of this one is starting holds a copy of the lock until it executes its program (the
+/// file is closed on exec), so a store dropped and reopened meanwhile finds it held for a moment.
+const LOCK_PATIENCE: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// The store's lock, waited for up to [`LOCK_PATIENCE`]; `Locked` if it stays held.
+fn take_lock(storage: &dyn Storage, dir: &Path) -> Result<Box<dyn DirLock>> {
+    let started = Instant::now();
+    let mut pause = std::time::Duration::from_millis(1);
+    loop {
+        let taken = storage
+            .try_lock(dir)
+            .map_err(|e| Error::io(format!("locking {}", dir.join("LOCK").display()), e))?;
+        if let Some(lock) = taken {
+            return Ok(lock);
+        }
+        if started.elapsed() >= LOCK_PATIENCE {
+            return Err(Error::Locked {
+                path: dir.to_path_buf(),
+            });
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(std::time::Duration::from_millis(50));
+    }
 }
 
 /// For a read-only open: `NotAStore` unless `dir` holds a segment file, and its lock if it has a
@@ -465,13 +486,7 @@ fn lock_existing(storage: &dyn Storage, dir: &Path) -> Result<Option<Box<dyn Dir
     if !names.iter().any(|name| name == "LOCK") {
         return Ok(None);
     }
-    storage
-        .try_lock(dir)
-        .map_err(|e| Error::io(format!("locking {}", dir.join("LOCK").display()), e))?
-        .map(Some)
-        .ok_or_else(|| Error::Locked {
-            path: dir.to_path_buf(),
-        })
+    take_lock(storage, dir).map(Some)
 }
 
 /// Starts the writer thread, appending to `active` from batch `next_seq` on, with commit times from
