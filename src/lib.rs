@@ -56,6 +56,7 @@ pub use crate::engine::history::feed::Changes;
 pub use crate::engine::history::filter::ChangeFilter;
 pub use crate::engine::history::subscription::Subscription;
 pub use crate::engine::recovery::RecoveryStats;
+pub use crate::engine::scrub::ScrubStats;
 pub use crate::error::{Error, Result};
 pub use crate::item::{canonical_json, ContextItem, Scope, TypeSpec};
 pub use crate::read::{ContextQuery, IndexUsed, QueryStats, RawItem, RawResolution, Resolution};

@@ -217,6 +217,21 @@ impl Segment {
         self.map.as_deref()
     }
 
+    /// The segment's bytes as mapped already, without a call to the storage: a sealed segment's
+    /// map, or the active segment's read window (published bytes up to a frame's end; `None`
+    /// before the writer has mapped one). This file's bytes even if compaction has since put a
+    /// rewrite under its name.
+    pub(crate) fn mapped_bytes(&self) -> Option<SharedBytes> {
+        match &self.map {
+            Some(map) => Some(map.clone()),
+            None => self
+                .window
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone(),
+        }
+    }
+
     /// The bytes of the file up to its published length.
     pub(crate) fn published_len(&self) -> u64 {
         self.published_len.load(Ordering::Acquire)

@@ -25,6 +25,7 @@ use crate::engine::commands::{Command, Op, OpOutcome};
 use crate::engine::compaction::{self, CompactionReport};
 use crate::engine::maintenance::{compact_and_mark, start_maintenance};
 use crate::engine::recovery::{recover, RecoveryStats};
+use crate::engine::scrub::start_scrub;
 use crate::engine::shared::{Garbage, Writing};
 use crate::engine::writer::{SyncHelpers, Writer};
 use crate::error::{Error, Result};
@@ -53,6 +54,10 @@ struct StoreInner {
     freer: std::sync::OnceLock<Option<(Sender<Garbage>, JoinHandle<()>)>>,
     options: Options,
     recovery: RecoveryStats,
+    /// The scrub thread, if it runs: dropping the sender stops it.
+    scrub: Mutex<Option<crate::engine::scrub::ScrubThread>>,
+    /// What the scrub has done and found.
+    scrub_report: crate::engine::scrub::ScrubReport,
     /// `None` only when opened read-only from a directory without a `LOCK` file.
     _lock: Option<Box<dyn DirLock>>,
 }
@@ -63,6 +68,17 @@ impl Drop for StoreInner {
             drop(sender);
             if handle.join().is_err() {
                 tracing::error!("the free thread panicked");
+            }
+        }
+        if let Some((stop, handle)) = self
+            .scrub
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+        {
+            drop(stop);
+            if handle.join().is_err() {
+                tracing::error!("the scrub thread panicked");
             }
         }
         // Closing the channel lets the writer finish what is queued, sync and exit.
@@ -166,6 +182,12 @@ impl Store {
         // Checked to be at most 100 years: it fits.
         let retention = i64::try_from(options.history_retention.as_secs()).unwrap_or(i64::MAX);
         shared.configure_history(retention, floor.0, floor.1);
+        let scrub_rate = if options.read_only {
+            0
+        } else {
+            options.scrub_bytes_per_sec
+        };
+        let (scrub_report, scrub) = start_scrub(Arc::clone(&shared), scrub_rate, options.scrub_interval)?;
         let (handle, maintenance) = match recovered.active {
             Some(active) => (
                 Some(start_writer(
@@ -190,6 +212,8 @@ impl Store {
                 shared,
                 writer: Mutex::new(handle),
                 maintenance: Mutex::new(maintenance),
+                scrub: Mutex::new(scrub),
+                scrub_report,
                 freer: std::sync::OnceLock::new(),
                 options,
                 recovery: recovered.stats,

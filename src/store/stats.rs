@@ -1,6 +1,7 @@
 //! [`Stats`] and [`Store::stats`]: figures about a store, gathered from the engine's shared state.
 
 use crate::engine::recovery::RecoveryStats;
+use crate::engine::scrub::ScrubStats;
 use crate::store::Store;
 
 /// Figures about a store, from [`Store::stats`].
@@ -34,6 +35,8 @@ pub struct Stats {
     pub entries_examined: u64,
     /// What opening the store found and did.
     pub recovery: RecoveryStats,
+    /// What the scrub has read and found since the store was opened (`Options::scrub_bytes_per_sec`).
+    pub scrub: ScrubStats,
 }
 
 impl Store {
@@ -93,6 +96,12 @@ impl Store {
             queries,
             entries_examined,
             recovery: self.inner.recovery.clone(),
+            scrub: self
+                .inner
+                .scrub_report
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone(),
         }
     }
 }

@@ -1,27 +1,14 @@
 //! [`Store::verify`]: reading back every segment, checkpoint and pinned snapshot of a store, and
 //! the [`VerifyReport`] of what it found.
 
-use std::path::PathBuf;
-
+use crate::engine::check::{check_segment, Chain};
 use crate::engine::checkpoint;
-use crate::engine::recovery::{next_base_seq, scan_frames, ScanEnd};
+use crate::engine::recovery::next_base_seq;
 use crate::error::{Error, Result};
-use crate::item::content_hash;
-use crate::log::record::{check_frame_format, decode_batch, RecordView};
-use crate::log::segment::{read_whole, Segment, SegmentHeader, SEGMENT_HEADER_BYTES};
-use crate::storage::Storage;
+use crate::log::segment::read_whole;
 use crate::store::Store;
 
-/// One problem found by [`Store::verify`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Problem {
-    /// The file at fault.
-    pub file: PathBuf,
-    /// The byte offset in it.
-    pub offset: u64,
-    /// What is wrong.
-    pub reason: String,
-}
+pub use crate::engine::check::Problem;
 
 /// What [`Store::verify`] checked and found.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -57,10 +44,7 @@ impl Store {
     pub fn verify(&self) -> Result<VerifyReport> {
         let segments: Vec<_> = self.inner.shared.read_index().segments.values().cloned().collect();
         let mut report = VerifyReport::default();
-        let mut chain = Chain {
-            next_seq: None,
-            previous_rewritten: false,
-        };
+        let mut chain = Chain::default();
         let storage = &*self.inner.shared.storage;
         let next_base_seqs: Vec<Option<u64>> = segments
             .iter()
@@ -70,7 +54,12 @@ impl Store {
             .collect();
         for (segment, next_base_seq) in segments.into_iter().zip(next_base_seqs) {
             report.segments_checked += 1;
-            verify_segment(storage, &segment, next_base_seq, &mut chain, &mut report)?;
+            let mut bytes = read_whole(storage, &segment.path)?;
+            bytes.truncate(crate::num::usize_from_u64(segment.published_len()));
+            let findings = check_segment(&segment.path, &bytes, next_base_seq, &mut chain, &mut |_| true);
+            report.frames_checked += findings.frames;
+            report.records_checked += findings.records;
+            report.problems.extend(findings.problems);
         }
         self.verify_checkpoints(&mut report)?;
         self.verify_pins(&mut report);
@@ -138,95 +127,4 @@ impl Store {
             }
         }
     }
-}
-
-/// Where the segments verified so far leave the log.
-struct Chain {
-    /// The seq after the last frame of the previous segment whose header was whole.
-    next_seq: Option<u64>,
-    /// Whether that segment was rewritten by compaction.
-    previous_rewritten: bool,
-}
-
-/// Checks one segment's header, its place in the log after the previous one, and every frame and
-/// record in it (a frame at or after `next_base_seq`, the next segment's first seq, is damage). A
-/// segment whose header is damaged leaves `chain` as it was.
-fn verify_segment(
-    storage: &dyn Storage,
-    segment: &Segment,
-    next_base_seq: Option<u64>,
-    chain: &mut Chain,
-    report: &mut VerifyReport,
-) -> Result<()> {
-    let mut bytes = read_whole(storage, &segment.path)?;
-    bytes.truncate(crate::num::usize_from_u64(segment.published_len()));
-    let problem = |offset: usize, reason: String| Problem {
-        file: segment.path.clone(),
-        offset: offset as u64,
-        reason,
-    };
-    let header = match SegmentHeader::decode(&bytes) {
-        Ok(header) => header,
-        Err(reason) => {
-            report.problems.push(problem(0, reason));
-            return Ok(());
-        }
-    };
-    let mut seq = chain.next_seq.unwrap_or(header.base_seq);
-    // A rewritten segment may have lost its last frames: the next one may start later.
-    let continues = header.base_seq == seq || (chain.previous_rewritten && header.base_seq > seq);
-    chain.previous_rewritten = header.rewrites > 0;
-    if !continues {
-        report.problems.push(problem(
-            16,
-            format!("segment starts at seq {}, expected {seq}", header.base_seq),
-        ));
-    }
-    seq = header.base_seq;
-    let mut records_checked = 0u64;
-    let mut frames_checked = 0u64;
-    let mut damaged_records = Vec::new();
-    let end = scan_frames(
-        &bytes,
-        SEGMENT_HEADER_BYTES,
-        &mut seq,
-        false,
-        header.rewrites > 0,
-        &mut |seq, offset, payload| {
-            if let Some(base) = next_base_seq.filter(|base| seq >= *base) {
-                return Err(format!(
-                    "frame has seq {seq}, but the next segment starts at seq {base}"
-                ));
-            }
-            frames_checked += 1;
-            let records = decode_batch(payload).map_err(|e| e.0)?;
-            check_frame_format(header.version, &records).map_err(|e| e.0)?;
-            for (start, _, record) in records {
-                if matches!(record, RecordView::SyncMark { .. }) {
-                    continue;
-                }
-                records_checked += 1;
-                if let RecordView::Put(put) = record {
-                    let intact = put.content().is_ok_and(|content| content_hash(&content) == put.hash);
-                    if !intact {
-                        damaged_records.push((
-                            offset + start,
-                            format!("content of {:?} does not match its hash", put.id),
-                        ));
-                    }
-                }
-            }
-            Ok(())
-        },
-    );
-    report.records_checked += records_checked;
-    report.frames_checked += frames_checked;
-    for (offset, reason) in damaged_records {
-        report.problems.push(problem(offset, reason));
-    }
-    if let ScanEnd::Bad { offset, reason, .. } = end {
-        report.problems.push(problem(offset, reason));
-    }
-    chain.next_seq = Some(seq);
-    Ok(())
 }
