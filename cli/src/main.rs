@@ -37,6 +37,11 @@ mod query;
 mod report;
 mod transfer;
 
+/// The allocator of the command (not of the library, whose users choose their own): imports
+/// allocate items on the reading thread and the store frees them on another.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 

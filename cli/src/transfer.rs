@@ -4,7 +4,8 @@
 //! `Snapshot::export_all_versions_raw`: each item's JSON, unparsed): the items in the order their
 //! batches committed, read a chunk at a time, so that memory stays bounded whatever the store's
 //! size.
-//! Import reads JSON lines one at a time and adds them in batches of [`IMPORT_BATCH`].
+//! Import reads and parses JSON lines on one thread, in batches of [`IMPORT_BATCH`], while another
+//! adds them: at most [`BATCHES_AHEAD`] batches wait between the two.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, BufWriter, Read, Write};
@@ -134,55 +135,110 @@ fn register_types(store: &Store, types: &[String]) -> CliResult<()> {
     Ok(())
 }
 
-/// `ctxlog import DIR FILE [--register-type NAME[=REGEX]]...` (`-` for stdin).
+/// What the import's reading thread hands over: a batch of parsed items, or why it stopped.
+enum Parsed {
+    /// Up to [`IMPORT_BATCH`] items, the last of them read from line `last_line`.
+    Batch { items: Vec<Pending>, last_line: u64 },
+    /// Line `line` is not an item (or could not be read): nothing after the batches before it.
+    Bad { message: String },
+}
+
+/// Batches parsed ahead of the one being added: enough to keep the store busy, and a bound on
+/// memory whatever the file's size.
+const BATCHES_AHEAD: usize = 2;
+
+/// Reads and parses JSON lines from `input` into batches, on the calling thread, handing each to
+/// `send` (which says false once nobody listens).
+fn read_batches(
+    input: Box<dyn Read + Send>,
+    file: &Path,
+    is_stdin: bool,
+    bar: &indicatif::ProgressBar,
+    send: &dyn Fn(Parsed) -> bool,
+) {
+    let mut reader = BufReader::with_capacity(1 << 16, input);
+    let mut items: Vec<Pending> = Vec::with_capacity(IMPORT_BATCH);
+    let mut text = String::new();
+    let mut line_no: u64 = 0;
+    loop {
+        text.clear();
+        let read = match reader.read_line(&mut text) {
+            Ok(read) => read,
+            Err(e) => {
+                let message =
+                    CliError::io(format!("reading line {} of {}", line_no + 1, file.display()), &e).to_string();
+                send(Parsed::Bad { message });
+                return;
+            }
+        };
+        if read == 0 {
+            break;
+        }
+        line_no += 1;
+        bar.inc(if is_stdin { 1 } else { read as u64 });
+        let trimmed = text.trim();
+        if trimmed.is_empty() {
+            continue;
+        }
+        match serde_json::from_str::<ContextItem>(trimmed) {
+            Ok(item) => items.push(Pending { line: line_no, item }),
+            Err(e) => {
+                send(Parsed::Bad {
+                    message: format!("line {line_no}: {e}"),
+                });
+                return;
+            }
+        }
+        if items.len() == IMPORT_BATCH {
+            let batch = std::mem::replace(&mut items, Vec::with_capacity(IMPORT_BATCH));
+            if !send(Parsed::Batch {
+                items: batch,
+                last_line: line_no,
+            }) {
+                return;
+            }
+        }
+    }
+    if !items.is_empty() {
+        send(Parsed::Batch {
+            items,
+            last_line: line_no,
+        });
+    }
+}
+
+/// `ctxlog import DIR FILE [--register-type NAME[=REGEX]]...` (`-` for stdin). One thread reads and
+/// parses the lines, [`BATCHES_AHEAD`] batches ahead at the most, while this one adds them.
 pub(crate) fn import(dir: &Path, file: &Path, types: &[String]) -> CliResult<()> {
     let started = Instant::now();
-    let (input, bar): (Box<dyn Read>, _) = if file.as_os_str() == "-" {
-        (Box::new(std::io::stdin().lock()), progress::counter("items"))
+    let is_stdin = file.as_os_str() == "-";
+    let (input, bar): (Box<dyn Read + Send>, _) = if is_stdin {
+        (Box::new(std::io::stdin()), progress::counter("items"))
     } else {
         let opened = File::open(file).map_err(|e| CliError::io(format!("opening {}", file.display()), &e))?;
         let size = opened.metadata().map_or(0, |m| m.len());
         (Box::new(opened), progress::bytes(size))
     };
-    let is_stdin = file.as_os_str() == "-";
     let store = open_or_create(dir)?;
     register_types(&store, types)?;
-    let mut reader = BufReader::with_capacity(1 << 16, input);
     let mut imported = Imported::default();
-    let mut pending: Vec<Pending> = Vec::with_capacity(IMPORT_BATCH);
-    let mut text = String::new();
-    let mut line_no: u64 = 0;
-    let result = (|| -> CliResult<()> {
-        loop {
-            text.clear();
-            let read = reader
-                .read_line(&mut text)
-                .map_err(|e| CliError::io(format!("reading line {} of {}", line_no + 1, file.display()), &e))?;
-            if read == 0 {
-                break;
+    let (sender, batches) = std::sync::mpsc::sync_channel::<Parsed>(BATCHES_AHEAD);
+    let result = std::thread::scope(|scope| -> CliResult<()> {
+        let reader_bar = bar.clone();
+        scope.spawn(move || {
+            read_batches(input, file, is_stdin, &reader_bar, &|read| sender.send(read).is_ok());
+        });
+        // Dropping `batches` on an error tells the reading thread to stop.
+        for read in batches {
+            match read {
+                Parsed::Batch { mut items, last_line } => imported.commit(&store, &mut items, last_line)?,
+                Parsed::Bad { message } => {
+                    return Err(CliError::failure(format!("{message}; {}", imported.resume_hint())));
+                }
             }
-            line_no += 1;
-            if is_stdin {
-                bar.inc(1);
-            } else {
-                bar.inc(read as u64);
-            }
-            let trimmed = text.trim();
-            if trimmed.is_empty() {
-                continue;
-            }
-            let item: ContextItem = serde_json::from_str(trimmed)
-                .map_err(|e| CliError::failure(format!("line {line_no}: {e}; {}", imported.resume_hint())))?;
-            pending.push(Pending { line: line_no, item });
-            if pending.len() == IMPORT_BATCH {
-                imported.commit(&store, &mut pending, line_no)?;
-            }
-        }
-        if !pending.is_empty() {
-            imported.commit(&store, &mut pending, line_no)?;
         }
         Ok(())
-    })();
+    });
     bar.finish_and_clear();
     result?;
     store.flush()?;
