@@ -459,7 +459,7 @@ pub fn thousands(n: u64) -> String {
 }
 
 /// A short label for `v`: three significant digits, `k` and `M` for thousands and millions
-/// (12345 → "12.3k", 0.01234 → "0.0123", 50000 → "50k").
+/// (12345 → "12.3k", 0.01234 → "0.0123", 5000 → "5k").
 #[must_use]
 pub fn compact(v: f64) -> String {
     if !v.is_finite() {
@@ -473,7 +473,7 @@ pub fn compact(v: f64) -> String {
         (v / 1e9, "G")
     } else if a >= 1e6 {
         (v / 1e6, "M")
-    } else if a >= 1e4 {
+    } else if a >= 1e3 {
         (v / 1e3, "k")
     } else {
         (v, "")
@@ -493,6 +493,16 @@ pub fn compact(v: f64) -> String {
     s
 }
 
+/// A ratio as the harness's table writes it: two decimals ("2.31x"), none from 100 on.
+#[must_use]
+pub fn fmt_ratio(r: f64) -> String {
+    if r < 100.0 {
+        format!("{r:.2}x")
+    } else {
+        format!("{r:.0}x")
+    }
+}
+
 fn better(higher: bool) -> &'static str {
     if higher {
         "higher is better"
@@ -506,21 +516,46 @@ fn better(higher: bool) -> &'static str {
 
 type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
 
-/// A linear axis whose ticks are exactly `ticks` (plotters' own `with_key_points` loses the value
+/// An axis whose ticks are exactly `ticks` (plotters' own `with_key_points` loses the value
 /// formatter).
-struct Ticked {
-    inner: RangedCoordf64,
+struct Ticked<R> {
+    inner: R,
     ticks: Vec<f64>,
 }
 
-fn ticked(range: std::ops::Range<f64>, ticks: Vec<f64>) -> Ticked {
+/// A linear axis with the given ticks.
+fn ticked(range: std::ops::Range<f64>, ticks: Vec<f64>) -> Ticked<RangedCoordf64> {
     Ticked {
         inner: range.into(),
         ticks,
     }
 }
 
-impl Ranged for Ticked {
+/// A log axis from `lo` to `hi` with ticks at 1, 2 and 5 times the powers of ten (only the powers
+/// of ten when that makes more than a dozen).
+fn log_ticked(lo: f64, hi: f64) -> Ticked<LogCoord<f64>> {
+    let mut ticks = Vec::new();
+    #[allow(clippy::cast_possible_truncation)]
+    let mut exp = lo.log10().floor() as i32;
+    while 10f64.powi(exp) <= hi {
+        for m in [1.0, 2.0, 5.0] {
+            let v = m * 10f64.powi(exp);
+            if v >= lo && v <= hi {
+                ticks.push(v);
+            }
+        }
+        exp += 1;
+    }
+    if ticks.len() > 12 {
+        ticks.retain(|v| (v.log10() - v.log10().round()).abs() < 1e-9);
+    }
+    Ticked {
+        inner: (lo..hi).log_scale().into(),
+        ticks,
+    }
+}
+
+impl<R: Ranged<ValueType = f64>> Ranged for Ticked<R> {
     type FormatOption = DefaultFormatting;
     type ValueType = f64;
 
@@ -534,6 +569,10 @@ impl Ranged for Ticked {
 
     fn range(&self) -> std::ops::Range<f64> {
         self.inner.range()
+    }
+
+    fn axis_pixel_range(&self, limit: (i32, i32)) -> std::ops::Range<i32> {
+        self.inner.axis_pixel_range(limit)
     }
 }
 
@@ -745,12 +784,11 @@ fn latency_panel(area: &Area<'_>, set: &ResultSet, field: &str, title: &str, uni
         .margin_right(18)
         .x_label_area_size(44)
         .y_label_area_size(58)
-        .build_cartesian_2d(ticked(0.0..MAX_NINES + 0.1, ticks), (lo / 1.3..hi * 1.3).log_scale())?;
+        .build_cartesian_2d(ticked(0.0..MAX_NINES + 0.1, ticks), log_ticked(lo / 1.3, hi * 1.3))?;
     chart
         .configure_mesh()
         .light_line_style(TRANSPARENT)
         .bold_line_style(RGBColor(0xdd, 0xdd, 0xdd))
-        .y_labels(8)
         .x_label_formatter(&x_fmt)
         .y_label_formatter(&y_fmt)
         .x_desc("quantile (each step right: ten times rarer)")
@@ -811,7 +849,7 @@ fn render_summary(set: &ResultSet, path: &Path) -> Res<bool> {
         &root,
         "ctxlog against the best other engine, figure by figure",
         &format!(
-            "{}; times better than the best of the others (> 1: ctxlog ahead), whichever way the figure points",
+            "{}; times better than the best other engine (> 1: ctxlog ahead)",
             set.describe()
         ),
     )?;
@@ -839,7 +877,7 @@ fn render_summary(set: &ResultSet, path: &Path) -> Res<bool> {
         .margin_right(20)
         .x_label_area_size(44)
         .y_label_area_size(230)
-        .build_cartesian_2d((lo..hi).log_scale(), ticked(-0.5..y_top, key_points))?;
+        .build_cartesian_2d(log_ticked(lo, hi), ticked(-0.5..y_top, key_points))?;
     chart
         .configure_mesh()
         .disable_y_mesh()
@@ -865,9 +903,9 @@ fn render_summary(set: &ResultSet, path: &Path) -> Res<bool> {
             colour.filled(),
         )))?;
         let label = if ahead {
-            format!("{}x (next: {who})", compact(*ratio))
+            format!("{} (next: {who})", fmt_ratio(*ratio))
         } else {
-            format!("{}x ({who} ahead)", compact(*ratio))
+            format!("{} ({who} ahead)", fmt_ratio(*ratio))
         };
         chart.draw_series(std::iter::once(
             EmptyElement::at((ratio.max(1.0), y))
@@ -1012,7 +1050,10 @@ mod tests {
         assert_eq!(compact(12345.0), "12.3k");
         assert_eq!(compact(50000.0), "50k");
         assert_eq!(compact(1_234_567.0), "1.23M");
-        assert_eq!(compact(2345.0), "2345");
+        assert_eq!(compact(2345.0), "2.35k");
+        assert_eq!(compact(999.0), "999");
+        assert_eq!(fmt_ratio(0.7912), "0.79x");
+        assert_eq!(fmt_ratio(2000.4), "2000x");
         assert_eq!(compact(0.012_34), "0.0123");
         assert_eq!(compact(1.5), "1.5");
         assert_eq!(thousands(200_000), "200,000");
@@ -1066,7 +1107,7 @@ mod tests {
         }
         let summary = &texts_of["summary.svg"];
         assert!(
-            summary.contains("|P1 bulk load, items/s|") && summary.contains("|3x (next: sled)|"),
+            summary.contains("|P1 bulk load, items/s|") && summary.contains("|3.00x (next: sled)|"),
             "{summary}"
         );
         let p1 = &texts_of["p1.svg"];
