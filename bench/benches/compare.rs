@@ -9,7 +9,11 @@
 //!
 //! Prints a Markdown table of the medians across runs, each ctxlog figure as a ratio to the best other
 //! engine, and appends every worker's result (one JSON object per line) to `target/compare-results.jsonl`
-//! (`--out FILE` to change).
+//! (`--out FILE` to change). Beside P2's p50 and p99, each record holds latency distributions:
+//! `p2_latency_ms_quantiles`, `p2_8t_latency_ms_quantiles`, and for P3, timing one resolve in 16,
+//! `p3_latency_ms_quantiles` and `p3_raw_latency_ms_quantiles`: the values in ms at the quantiles
+//! of `latency_quantiles` (`ctxlog_bench::charts::LATENCY_QUANTILES`, ending with 1.0, the largest).
+//! `examples/charts.rs` draws the results as SVG charts.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -30,10 +34,13 @@ const ALL_ENGINES: [&str; 5] = ["ctxlog", "sled", "redb", "sqlite", "fjall"];
 const ALL_PHASES: [&str; 7] = ["p1", "p2", "p3", "p4", "p5", "p6", "p7"];
 const BATCH: usize = 1000;
 const THREADS: u64 = 8;
+/// P3 times one resolve in this many (the first of each run of them), for its latency distribution.
+const P3_SAMPLE_EVERY: usize = 16;
 
 // ---------------------------------------------------------------------------------------------
 // Workload W1: see src/w1.rs.
 
+use ctxlog_bench::charts::LATENCY_QUANTILES;
 use ctxlog_bench::w1;
 use w1::{item, mix, peak_rss_kib, rss_kinds_kib, BASE_TS, TYPES};
 
@@ -690,6 +697,14 @@ fn percentile_ms(sorted: &[f64], p: f64) -> f64 {
     sorted.get(at).copied().unwrap_or(0.0) * 1e3
 }
 
+/// The latencies at each of `LATENCY_QUANTILES`, in ms (`sorted` in seconds, ascending).
+fn quantiles_ms(sorted: &[f64]) -> Value {
+    json!(LATENCY_QUANTILES
+        .iter()
+        .map(|&q| percentile_ms(sorted, q))
+        .collect::<Vec<f64>>())
+}
+
 fn to_f64(x: u64) -> f64 {
     #[allow(clippy::cast_precision_loss)]
     let f = x as f64;
@@ -750,6 +765,8 @@ fn worker(engine: &str, run: u64, n: u64, dir: &Path, phases: &[String]) -> Res<
     out.insert("engine".into(), json!(engine));
     out.insert("run".into(), json!(run));
     out.insert("n".into(), json!(n));
+    // The q of each value in the `*_latency_ms_quantiles` arrays (1.0: the largest).
+    out.insert("latency_quantiles".into(), json!(LATENCY_QUANTILES));
     let mut db: Arc<dyn Engine> = Arc::from(open_engine(engine, dir, &clock)?);
     let mut logical = 0u64;
 
@@ -793,6 +810,7 @@ fn worker(engine: &str, run: u64, n: u64, dir: &Path, phases: &[String]) -> Res<
         out.insert("p2_wall_ops_s".into(), json!(to_f64(sizes.p2_ops) / wall));
         out.insert("p2_p50_ms".into(), json!(percentile_ms(&lat, 0.5)));
         out.insert("p2_p99_ms".into(), json!(percentile_ms(&lat, 0.99)));
+        out.insert("p2_latency_ms_quantiles".into(), quantiles_ms(&lat));
         total += sizes.p2_ops;
 
         // Generating the items is never timed: each thread gets its items ready, the threads meet
@@ -831,6 +849,7 @@ fn worker(engine: &str, run: u64, n: u64, dir: &Path, phases: &[String]) -> Res<
         out.insert("p2_8t_ops_s".into(), json!(to_f64(per_thread * THREADS) / wall));
         out.insert("p2_8t_p50_ms".into(), json!(percentile_ms(&lat, 0.5)));
         out.insert("p2_8t_p99_ms".into(), json!(percentile_ms(&lat, 0.99)));
+        out.insert("p2_8t_latency_ms_quantiles".into(), quantiles_ms(&lat));
         total += per_thread * THREADS;
         eprintln!(
             "[{engine} run {run}] P2 {:.0} ops/s one thread, {:.0} ops/s 8 threads",
@@ -857,14 +876,25 @@ fn worker(engine: &str, run: u64, n: u64, dir: &Path, phases: &[String]) -> Res<
         let ids: Vec<String> = (0..sizes.p3_ops)
             .map(|i| format!("item-{:08}", mix(i ^ 0xabcd) % n))
             .collect();
+        // One resolve in P3_SAMPLE_EVERY is timed on its own (two clock reads in 16 resolves: nothing
+        // the phase's own figure notices).
+        let mut lat = Vec::with_capacity(ids.len() / P3_SAMPLE_EVERY + 1);
         let timer = Timer::start();
         let mut found = 0u64;
-        for id in &ids {
+        for (i, id) in ids.iter().enumerate() {
+            let started = i.is_multiple_of(P3_SAMPLE_EVERY).then(Instant::now);
             if db.resolve(id)?.is_some() {
                 found += 1;
             }
+            if let Some(started) = started {
+                lat.push(started.elapsed().as_secs_f64());
+            }
         }
         let (secs, cpu) = timer.stop();
+        lat.sort_by(f64::total_cmp);
+        out.insert("p3_latency_ms_quantiles".into(), quantiles_ms(&lat));
+        out.insert("p3_latency_sample_every".into(), json!(P3_SAMPLE_EVERY));
+        lat.clear();
         if found != sizes.p3_ops {
             return Err(format!("P3: {found} of {} ids found", sizes.p3_ops).into());
         }
@@ -872,13 +902,19 @@ fn worker(engine: &str, run: u64, n: u64, dir: &Path, phases: &[String]) -> Res<
         out.insert("p3_cpu_ops_s".into(), json!(to_f64(sizes.p3_ops) / cpu));
         let timer = Timer::start();
         let (mut found, mut bytes) = (0u64, 0usize);
-        for id in &ids {
+        for (i, id) in ids.iter().enumerate() {
+            let started = i.is_multiple_of(P3_SAMPLE_EVERY).then(Instant::now);
             if let Some(len) = db.resolve_raw(id)? {
                 found += 1;
                 bytes += len;
             }
+            if let Some(started) = started {
+                lat.push(started.elapsed().as_secs_f64());
+            }
         }
         let (raw_secs, raw_cpu) = timer.stop();
+        lat.sort_by(f64::total_cmp);
+        out.insert("p3_raw_latency_ms_quantiles".into(), quantiles_ms(&lat));
         if found != sizes.p3_ops {
             return Err(format!("P3 raw: {found} of {} ids found", sizes.p3_ops).into());
         }

@@ -2,4 +2,5 @@
 //! fjall), `benches/hot_paths.rs` (criterion, internal hot paths) and the profiling drivers in
 //! `examples/`. This library holds what they share: workload W1. See docs/BENCHMARKS.md.
 
+pub mod charts;
 pub mod w1;
