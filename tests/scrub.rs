@@ -242,3 +242,40 @@ fn a_sound_store_stays_clean_under_writers_deletes_and_compaction() {
     assert!(scrub.problems.is_empty(), "{:?}", scrub.problems);
     assert!(store.verify().expect("verify").is_ok());
 }
+
+/// `verify` checks segments on several threads, then whether each continues the log where the one
+/// before ends: a sealed segment whose header says it starts later (opening from the checkpoint
+/// never reads its frames) is named, at its header's base seq.
+#[test]
+fn verify_names_a_segment_that_does_not_continue_the_log() {
+    let clock = clock_at(NOW);
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_store(dir.path(), &clock);
+    let second = segment_files(dir.path()).into_iter().nth(1).expect("a second segment");
+    let mut header = std::fs::read(&second).expect("read")[..32].to_vec();
+    let base = u64::from_le_bytes(header[16..24].try_into().expect("8 bytes"));
+    header[16..24].copy_from_slice(&(base + 1).to_le_bytes());
+    let crc = crc32fast::hash(&header[..28]);
+    header[28..32].copy_from_slice(&crc.to_le_bytes());
+    write_at(&second, 0, &header);
+
+    let store = Options::new()
+        .clock(Arc::clone(&clock) as Arc<dyn Clock>)
+        .read_threads(2)
+        .read_only(true)
+        .open(dir.path())
+        .expect("opens from the checkpoint");
+    let report = store.verify().expect("verify");
+    let chain = report
+        .problems
+        .iter()
+        .find(|p| p.file == second && p.offset == 16)
+        .unwrap_or_else(|| panic!("no chain problem: {:?}", report.problems));
+    assert!(
+        chain
+            .reason
+            .contains(&format!("starts at seq {}, expected {base}", base + 1)),
+        "{chain:?}"
+    );
+    assert_eq!(report.segments_checked, segment_files(dir.path()).len() as u64);
+}

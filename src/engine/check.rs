@@ -20,15 +20,6 @@ pub struct Problem {
     pub reason: String,
 }
 
-/// Where the segments checked so far leave the log.
-#[derive(Default)]
-pub(crate) struct Chain {
-    /// The seq after the last frame of the previous segment whose header was whole.
-    pub(crate) next_seq: Option<u64>,
-    /// Whether that segment was rewritten by compaction.
-    pub(crate) previous_rewritten: bool,
-}
-
 /// What checking one segment found.
 #[derive(Default)]
 pub(crate) struct Findings {
@@ -37,18 +28,50 @@ pub(crate) struct Findings {
     pub(crate) problems: Vec<Problem>,
     /// Whether `pace` stopped the check before the segment's end.
     pub(crate) stopped: bool,
+    /// Where the segment sits in the log, if its header is whole and the check went to its end:
+    /// its first seq, whether compaction rewrote it, and the seq after its last good frame.
+    pub(crate) span: Option<Span>,
 }
 
-/// Checks the segment at `path`, whose published bytes are `bytes`: its header, its place in the
-/// log after the previous one (`chain`; a segment whose header is damaged leaves it as it was), and
-/// every frame and record in it (a frame at or after `next_base_seq`, the next segment's first seq,
-/// is damage). `pace` is called with the offset reached after each frame; when it says no, the
-/// check stops there (and reports nothing of the rest).
+/// Where a segment sits in the log ([`Findings::span`]).
+#[derive(Clone, Copy)]
+pub(crate) struct Span {
+    base_seq: u64,
+    rewritten: bool,
+    end_seq: u64,
+}
+
+/// Checks that each segment continues the log where the one before it (in `segments`, oldest first,
+/// each with its path) ends, adding a problem to the findings of each that does not. A segment
+/// whose header is damaged (no span) is passed over.
+pub(crate) fn check_chain(segments: &mut [(&Path, &mut Findings)]) {
+    let mut previous: Option<Span> = None;
+    for (path, findings) in segments.iter_mut() {
+        let Some(span) = findings.span else { continue };
+        if let Some(before) = previous {
+            // A rewritten segment may have lost its last frames: the next one may start later.
+            let continues = span.base_seq == before.end_seq || (before.rewritten && span.base_seq > before.end_seq);
+            if !continues {
+                findings.problems.push(Problem {
+                    file: path.to_path_buf(),
+                    offset: 16,
+                    reason: format!("segment starts at seq {}, expected {}", span.base_seq, before.end_seq),
+                });
+            }
+        }
+        previous = Some(span);
+    }
+}
+
+/// Checks the segment at `path`, whose published bytes are `bytes`: its header, and every frame and
+/// record in it (a frame at or after `next_base_seq`, the next segment's first seq, is damage).
+/// Where it sits among the others is [`check_chain`]'s to judge, from the findings' span. `pace`
+/// is called with the offset reached after each frame; when it says no, the check stops there
+/// (and reports nothing of the rest).
 pub(crate) fn check_segment(
     path: &Path,
     bytes: &[u8],
     next_base_seq: Option<u64>,
-    chain: &mut Chain,
     pace: &mut dyn FnMut(usize) -> bool,
 ) -> Findings {
     let problem = |offset: usize, reason: String| Problem {
@@ -64,17 +87,7 @@ pub(crate) fn check_segment(
             return findings;
         }
     };
-    let mut seq = chain.next_seq.unwrap_or(header.base_seq);
-    // A rewritten segment may have lost its last frames: the next one may start later.
-    let continues = header.base_seq == seq || (chain.previous_rewritten && header.base_seq > seq);
-    chain.previous_rewritten = header.rewrites > 0;
-    if !continues {
-        findings.problems.push(problem(
-            16,
-            format!("segment starts at seq {}, expected {seq}", header.base_seq),
-        ));
-    }
-    seq = header.base_seq;
+    let mut seq = header.base_seq;
     let mut damaged_records = Vec::new();
     let (mut frames, mut records, mut stopped) = (0u64, 0u64, false);
     let end = scan_frames(
@@ -128,6 +141,10 @@ pub(crate) fn check_segment(
     if let ScanEnd::Bad { offset, reason, .. } = end {
         findings.problems.push(problem(offset, reason));
     }
-    chain.next_seq = Some(seq);
+    findings.span = Some(Span {
+        base_seq: header.base_seq,
+        rewritten: header.rewrites > 0,
+        end_seq: seq,
+    });
     findings
 }

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
-use crate::engine::check::{check_segment, Chain, Problem};
+use crate::engine::check::{check_segment, Problem};
 use crate::engine::shared::Shared;
 use crate::error::{Error, Result};
 
@@ -121,7 +121,7 @@ impl Scrub {
             };
             // Each segment is checked alone: the scrub looks for damaged bytes, and a segment it
             // mapped before a compaction beside one it mapped after need not continue each other.
-            let findings = check_segment(&segment.path, bytes, None, &mut Chain::default(), &mut pace);
+            let findings = check_segment(&segment.path, bytes, None, &mut pace);
             let mut report = self.report.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             report.bytes_checked += if findings.stopped { reached } else { published } as u64;
             report.records_checked += findings.records;

@@ -1,7 +1,7 @@
 //! [`Store::verify`]: reading back every segment, checkpoint and pinned snapshot of a store, and
 //! the [`VerifyReport`] of what it found.
 
-use crate::engine::check::{check_segment, Chain};
+use crate::engine::check::{check_chain, check_segment, Findings};
 use crate::engine::checkpoint;
 use crate::engine::recovery::next_base_seq;
 use crate::error::{Error, Result};
@@ -44,7 +44,6 @@ impl Store {
     pub fn verify(&self) -> Result<VerifyReport> {
         let segments: Vec<_> = self.inner.shared.read_index().segments.values().cloned().collect();
         let mut report = VerifyReport::default();
-        let mut chain = Chain::default();
         let storage = &*self.inner.shared.storage;
         let next_base_seqs: Vec<Option<u64>> = segments
             .iter()
@@ -52,11 +51,44 @@ impl Store {
             .map(|next| next_base_seq(storage, &next.path))
             .chain([None])
             .collect();
-        for (segment, next_base_seq) in segments.into_iter().zip(next_base_seqs) {
+        // Each segment is checked on its own, on up to `read_threads` threads, a segment at a
+        // time each (its bytes read whole); then whether each continues the one before.
+        let threads = self.inner.shared.read_threads.clamp(1, segments.len().max(1));
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let check_next = || -> Result<Vec<(usize, Findings)>> {
+            let mut done = Vec::new();
+            loop {
+                let at = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let (Some(segment), Some(next_base_seq)) = (segments.get(at), next_base_seqs.get(at)) else {
+                    return Ok(done);
+                };
+                let mut bytes = read_whole(storage, &segment.path)?;
+                bytes.truncate(crate::num::usize_from_u64(segment.published_len()));
+                done.push((at, check_segment(&segment.path, &bytes, *next_base_seq, &mut |_| true)));
+            }
+        };
+        let mut found: Vec<(usize, Findings)> = std::thread::scope(|scope| {
+            let helpers: Vec<_> = (1..threads).map(|_| scope.spawn(check_next)).collect();
+            let mut found = check_next()?;
+            for helper in helpers {
+                found.extend(helper.join().map_err(|_| {
+                    Error::io(
+                        "verifying segments",
+                        std::io::Error::other("a verifying thread panicked"),
+                    )
+                })??);
+            }
+            Ok::<_, Error>(found)
+        })?;
+        found.sort_by_key(|(at, _)| *at);
+        let mut chained: Vec<(&std::path::Path, &mut Findings)> = segments
+            .iter()
+            .zip(found.iter_mut())
+            .map(|(segment, (_, findings))| (segment.path.as_path(), findings))
+            .collect();
+        check_chain(&mut chained);
+        for (_, findings) in found {
             report.segments_checked += 1;
-            let mut bytes = read_whole(storage, &segment.path)?;
-            bytes.truncate(crate::num::usize_from_u64(segment.published_len()));
-            let findings = check_segment(&segment.path, &bytes, next_base_seq, &mut chain, &mut |_| true);
             report.frames_checked += findings.frames;
             report.records_checked += findings.records;
             report.problems.extend(findings.problems);
