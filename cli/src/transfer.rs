@@ -143,9 +143,9 @@ enum Parsed {
     Bad { message: String },
 }
 
-/// Batches parsed ahead of the one being added: enough to keep the store busy, and a bound on
+/// Batches parsed ahead of the one being added: enough to go on parsing while the store syncs, and a bound on
 /// memory whatever the file's size.
-const BATCHES_AHEAD: usize = 2;
+const BATCHES_AHEAD: usize = 8;
 
 /// Reads and parses JSON lines from `input` into batches, on the calling thread, handing each to
 /// `send` (which says false once nobody listens).
