@@ -1,12 +1,12 @@
 //! The store's history: its last sequence number, and the change feed.
 
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 
 use super::Store;
 use crate::engine::history::expiry::Expiries;
 use crate::engine::history::feed::Changes;
 use crate::engine::history::filter::ChangeFilter;
-use crate::engine::history::hub::{Queue, Subscriber};
+use crate::engine::history::hub::Subscriber;
 use crate::engine::history::past;
 use crate::engine::history::subscription::Subscription;
 use crate::error::{Error, Result};
@@ -86,13 +86,7 @@ impl Store {
         let index = shared.read_index();
         let last = index.seq;
         let parts = after.map(|_| shared.log_parts_of(&index));
-        let subscriber = Arc::new(Subscriber {
-            filter,
-            session,
-            live_after: last,
-            queue: Mutex::new(Queue::default()),
-            ready: Condvar::new(),
-        });
+        let subscriber = Arc::new(Subscriber::new(filter, session, last));
         if let Some(after) = after.filter(|after| *after > last) {
             return Err(Error::invalid(
                 "after",

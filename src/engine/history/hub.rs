@@ -4,7 +4,7 @@
 //! an unbounded channel, and a subscriber whose queue is full is cut off (lagged), not waited for.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Weak;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::thread::JoinHandle;
@@ -72,9 +72,25 @@ pub(crate) struct Subscriber {
     pub(crate) live_after: u64,
     pub(crate) queue: Mutex<Queue>,
     pub(crate) ready: Condvar,
+    /// Threads of the subscription waiting on `ready` (changed with `queue` locked): the
+    /// dispatcher wakes them only when there are any (a wake-up is a system call, and a
+    /// subscriber that polls, or is busy, needs none), and serves them first.
+    pub(crate) waiting: AtomicU32,
 }
 
 impl Subscriber {
+    /// A subscriber of `filter`, reading as `session`, receiving live the batches after `live_after`.
+    pub(crate) fn new(filter: ChangeFilter, session: Option<Arc<str>>, live_after: u64) -> Subscriber {
+        Subscriber {
+            filter,
+            session,
+            live_after,
+            queue: Mutex::new(Queue::default()),
+            ready: Condvar::new(),
+            waiting: AtomicU32::new(0),
+        }
+    }
+
     pub(crate) fn queue(&self) -> MutexGuard<'_, Queue> {
         self.queue.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -480,7 +496,15 @@ impl Hub {
     fn queue(&self, state: &mut HubState, matched: Matched) {
         let buffer = self.buffer.load(Ordering::Relaxed);
         let mut lagged = Vec::new();
-        for (position, per_batch) in matched {
+        // Subscribers blocked in `recv` first: they wait for it; one that polls finds its changes
+        // when it next looks.
+        let (blocked, polling): (Vec<_>, Vec<_>) = matched.into_iter().partition(|(position, _)| {
+            state
+                .subscribers
+                .get(*position)
+                .is_some_and(|subscriber| subscriber.waiting.load(Ordering::Relaxed) > 0)
+        });
+        for (position, per_batch) in blocked.into_iter().chain(polling) {
             let Some(subscriber) = state.subscribers.get(position) else {
                 continue;
             };
@@ -496,8 +520,11 @@ impl Hub {
                 }
                 queue.changes.extend(changes);
             }
+            let wake = subscriber.waiting.load(Ordering::Relaxed) > 0;
             drop(queue);
-            subscriber.ready.notify_all();
+            if wake {
+                subscriber.ready.notify_all();
+            }
         }
         for subscriber in &lagged {
             remove(state, &self.count, subscriber);
@@ -531,13 +558,7 @@ mod tests {
     use crate::item::Scope;
 
     fn subscriber(filter: ChangeFilter) -> Arc<Subscriber> {
-        Arc::new(Subscriber {
-            filter,
-            session: None,
-            live_after: 0,
-            queue: Mutex::new(Queue::default()),
-            ready: Condvar::new(),
-        })
+        Arc::new(Subscriber::new(filter, None, 0))
     }
 
     fn live(id: &str, kind: Option<&str>, added: bool) -> LiveChange {

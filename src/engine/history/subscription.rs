@@ -1,6 +1,7 @@
 //! [`Subscription`]: a live stream of changes, first replaying the durable history a filter asks
 //! for (read from the log with [`Changes`]), then delivering what its hub queues.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -258,23 +259,34 @@ impl Subscription {
             if queue.closed {
                 return Err(Error::Closed);
             }
+            // Counted as waiting while it waits (the lock is held on both sides of the wait), so
+            // that the dispatcher wakes it.
             queue = match wait {
                 Wait::Never => return Ok(None),
-                Wait::Forever => self
-                    .subscriber
-                    .ready
-                    .wait(queue)
-                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+                Wait::Forever => {
+                    self.subscriber.waiting.fetch_add(1, Ordering::Relaxed);
+                    let queue = self
+                        .subscriber
+                        .ready
+                        .wait(queue)
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    self.subscriber.waiting.fetch_sub(1, Ordering::Relaxed);
+                    queue
+                }
                 Wait::Until(deadline) => {
                     let left = deadline.saturating_duration_since(Instant::now());
                     if left.is_zero() {
                         return Ok(None);
                     }
-                    self.subscriber
+                    self.subscriber.waiting.fetch_add(1, Ordering::Relaxed);
+                    let queue = self
+                        .subscriber
                         .ready
                         .wait_timeout(queue, left)
                         .unwrap_or_else(std::sync::PoisonError::into_inner)
-                        .0
+                        .0;
+                    self.subscriber.waiting.fetch_sub(1, Ordering::Relaxed);
+                    queue
                 }
             };
         }
