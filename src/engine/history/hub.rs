@@ -493,32 +493,38 @@ impl Hub {
     /// Queues each subscriber's matching changes, batch by batch, all of a batch or none: a
     /// subscriber they would take past its buffer is lagged (nothing more is queued to it) and
     /// leaves the hub. Each queue is locked once.
-    fn queue(&self, state: &mut HubState, matched: Matched) {
+    fn queue(&self, state: &mut HubState, mut matched: Matched) {
         let buffer = self.buffer.load(Ordering::Relaxed);
         let mut lagged = Vec::new();
-        // Subscribers blocked in `recv` first: they wait for it; one that polls finds its changes
-        // when it next looks.
-        let (blocked, polling): (Vec<_>, Vec<_>) = matched.into_iter().partition(|(position, _)| {
+        // Grouped by subscriber (a stable sort keeps each one's changes in order), those blocked
+        // in `recv` first: they wait for it; one that polls finds its changes when it next looks.
+        let polls = |position: usize| {
             state
                 .subscribers
-                .get(*position)
-                .is_some_and(|subscriber| subscriber.waiting.load(Ordering::Relaxed) > 0)
-        });
-        for (position, per_batch) in blocked.into_iter().chain(polling) {
-            let Some(subscriber) = state.subscribers.get(position) else {
+                .get(position)
+                .is_none_or(|subscriber| subscriber.waiting.load(Ordering::Relaxed) == 0)
+        };
+        matched.sort_by_key(|(position, _, _)| (polls(*position), *position));
+        for mine in matched.chunk_by(|a, b| a.0 == b.0) {
+            let Some(subscriber) = mine
+                .first()
+                .and_then(|(position, _, _)| state.subscribers.get(*position))
+            else {
                 continue;
             };
             let mut queue = subscriber.queue();
             if queue.lagged {
                 continue;
             }
-            for (_, changes) in per_batch {
-                if queue.changes.len() + changes.len() > buffer {
+            for batch in mine.chunk_by(|a, b| a.1 == b.1) {
+                if queue.changes.len() + batch.len() > buffer {
                     queue.lagged = true;
                     lagged.push(Arc::clone(subscriber));
                     break;
                 }
-                queue.changes.extend(changes);
+                queue
+                    .changes
+                    .extend(batch.iter().map(|(_, _, change)| Arc::clone(change)));
             }
             let wake = subscriber.waiting.load(Ordering::Relaxed) > 0;
             drop(queue);
@@ -532,16 +538,12 @@ impl Hub {
     }
 }
 
-/// Per subscriber (by position): its matching changes, batch by batch (batch index, changes).
-type Matched = FastMap<usize, Vec<(usize, Vec<Arc<Change>>)>>;
+/// What a delivery matched, in the order found: (subscriber position, batch index, change).
+type Matched = Vec<(usize, usize, Arc<Change>)>;
 
 /// Adds `change` of batch `batch` to what `position` is to receive.
 fn add_match(matched: &mut Matched, position: usize, batch: usize, change: &Arc<Change>) {
-    let mine = matched.entry(position).or_default();
-    match mine.last_mut() {
-        Some((last, changes)) if *last == batch => changes.push(Arc::clone(change)),
-        _ => mine.push((batch, vec![Arc::clone(change)])),
-    }
+    matched.push((position, batch, Arc::clone(change)));
 }
 
 fn remove(state: &mut HubState, count: &AtomicUsize, subscriber: &Arc<Subscriber>) {
