@@ -1205,18 +1205,7 @@ fn parse_args() -> Res<Args> {
     Ok(args)
 }
 
-fn median(mut xs: Vec<f64>) -> Option<f64> {
-    if xs.is_empty() {
-        return None;
-    }
-    xs.sort_by(f64::total_cmp);
-    let mid = xs.len() / 2;
-    Some(if xs.len() % 2 == 1 {
-        xs[mid]
-    } else {
-        f64::midpoint(xs[mid - 1], xs[mid])
-    })
-}
+use ctxlog_bench::charts::median;
 
 /// A row of the table: phase, label, JSON field, whether higher is better, format.
 struct Row {

@@ -55,14 +55,9 @@ fn args() -> Res<Args> {
     Ok(args)
 }
 
-fn median(mut xs: Vec<f64>) -> f64 {
-    xs.sort_by(f64::total_cmp);
-    let mid = xs.len() / 2;
-    if xs.len() % 2 == 1 {
-        xs[mid]
-    } else {
-        f64::midpoint(xs[mid - 1], xs[mid])
-    }
+/// The median of `xs` (0 for none).
+fn median(xs: Vec<f64>) -> f64 {
+    ctxlog_bench::charts::median(xs).unwrap_or(0.0)
 }
 
 /// Runs the command with `args`, failing unless it succeeds; its wall time.

@@ -46,7 +46,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use ctxlog::Scope;
 
 use crate::error::{CliError, CliResult};
 
@@ -102,36 +101,8 @@ enum Command {
     Get {
         /// Store directory.
         dir: PathBuf,
-        /// Keep items of this type (repeat for several).
-        #[arg(long = "type", value_name = "TYPE")]
-        types: Vec<String>,
-        /// Keep items of this scope (repeat for several): session:ID, global_readonly or
-        /// global_writable.
-        #[arg(long = "scope", value_name = "SCOPE", value_parser = query::parse_scope)]
-        scopes: Vec<Scope>,
-        /// Query as session S sees the store: its own session's items and the global scopes only.
-        #[arg(long, value_name = "S")]
-        session: Option<String>,
-        /// Items with a timestamp at or after this RFC 3339 UTC time (2024-05-10T00:00:00Z).
-        /// Without --to: up to the end of time.
-        #[arg(long, value_name = "TIME")]
-        from: Option<String>,
-        /// Items with a timestamp at or before this RFC 3339 UTC time. Without --from: from the
-        /// epoch on.
-        #[arg(long, value_name = "TIME")]
-        to: Option<String>,
-        /// Keep items from this source (repeat for several).
-        #[arg(long = "source", value_name = "SOURCE")]
-        sources: Vec<String>,
-        /// Leave out items whose confidence is below C (0.0..=1.0); items without one pass.
-        #[arg(long, value_name = "C", value_parser = query::parse_confidence)]
-        min_confidence: Option<f64>,
-        /// Newest first: the exact reverse of the default order.
-        #[arg(long)]
-        newest_first: bool,
-        /// At most N items.
-        #[arg(long, value_name = "N")]
-        limit: Option<usize>,
+        #[command(flatten)]
+        args: query::GetArgs,
     },
     /// Resolves references (`id` or `id@version`): one resolution per line, as JSON.
     Resolve {
@@ -232,31 +203,7 @@ fn run(command: Command) -> CliResult<()> {
         Command::Demo { dir } => demo::run(dir).map_err(CliError::failure),
         Command::Stats { dir, json } => inspect::stats(&dir, json),
         Command::Verify { dir, json } => inspect::verify(&dir, json),
-        Command::Get {
-            dir,
-            types,
-            scopes,
-            session,
-            from,
-            to,
-            sources,
-            min_confidence,
-            newest_first,
-            limit,
-        } => query::get(
-            &dir,
-            &query::GetArgs {
-                types,
-                scopes,
-                session,
-                from,
-                to,
-                sources,
-                min_confidence,
-                newest_first,
-                limit,
-            },
-        ),
+        Command::Get { dir, args } => query::get(&dir, &args),
         Command::Resolve { dir, refs, session } => query::resolve(&dir, &refs, session.as_deref()),
         Command::Export { dir, out, all_versions } => transfer::export(&dir, out.as_deref(), all_versions),
         Command::Import {

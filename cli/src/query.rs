@@ -39,24 +39,37 @@ pub(crate) fn parse_confidence(text: &str) -> Result<f64, String> {
 }
 
 /// The filters of `ctxlog get`, as parsed from the command line.
+#[derive(clap::Args)]
 pub(crate) struct GetArgs {
-    /// Types to keep (any of them).
+    /// Keep items of this type (repeat for several).
+    #[arg(long = "type", value_name = "TYPE")]
     pub(crate) types: Vec<String>,
-    /// Scopes to keep (any of them).
+    /// Keep items of this scope (repeat for several): session:ID, global_readonly or
+    /// global_writable.
+    #[arg(long = "scope", value_name = "SCOPE", value_parser = parse_scope)]
     pub(crate) scopes: Vec<Scope>,
-    /// Query through this session's view.
+    /// Query as session S sees the store: its own session's items and the global scopes only.
+    #[arg(long, value_name = "S")]
     pub(crate) session: Option<String>,
-    /// Start of the time range, RFC 3339 UTC.
+    /// Items with a timestamp at or after this RFC 3339 UTC time (2024-05-10T00:00:00Z).
+    /// Without --to: up to the end of time.
+    #[arg(long, value_name = "TIME")]
     pub(crate) from: Option<String>,
-    /// End of the time range, RFC 3339 UTC.
+    /// Items with a timestamp at or before this RFC 3339 UTC time. Without --from: from the
+    /// epoch on.
+    #[arg(long, value_name = "TIME")]
     pub(crate) to: Option<String>,
-    /// Sources to keep (any of them).
+    /// Keep items from this source (repeat for several).
+    #[arg(long = "source", value_name = "SOURCE")]
     pub(crate) sources: Vec<String>,
-    /// Minimum confidence.
+    /// Leave out items whose confidence is below C (0.0..=1.0); items without one pass.
+    #[arg(long, value_name = "C", value_parser = parse_confidence)]
     pub(crate) min_confidence: Option<f64>,
-    /// Newest first instead of oldest first.
+    /// Newest first: the exact reverse of the default order.
+    #[arg(long)]
     pub(crate) newest_first: bool,
-    /// At most this many items.
+    /// At most N items.
+    #[arg(long, value_name = "N")]
     pub(crate) limit: Option<usize>,
 }
 
