@@ -62,6 +62,17 @@ struct StoreInner {
     _lock: Option<Box<dyn DirLock>>,
 }
 
+/// Stops a background thread that runs until its sender is dropped, and waits for it.
+fn stop_thread(thread: &Mutex<Option<(Sender<()>, JoinHandle<()>)>>, name: &str) {
+    let taken = thread.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+    if let Some((stop, handle)) = taken {
+        drop(stop);
+        if handle.join().is_err() {
+            tracing::error!("the {name} thread panicked");
+        }
+    }
+}
+
 impl Drop for StoreInner {
     fn drop(&mut self) {
         if let Some(Some((sender, handle))) = self.freer.take() {
@@ -70,29 +81,9 @@ impl Drop for StoreInner {
                 tracing::error!("the free thread panicked");
             }
         }
-        if let Some((stop, handle)) = self
-            .scrub
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take()
-        {
-            drop(stop);
-            if handle.join().is_err() {
-                tracing::error!("the scrub thread panicked");
-            }
-        }
+        stop_thread(&self.scrub, "scrub");
+        stop_thread(&self.maintenance, "maintenance");
         // Closing the channel lets the writer finish what is queued, sync and exit.
-        if let Some((stop, handle)) = self
-            .maintenance
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take()
-        {
-            drop(stop);
-            if handle.join().is_err() {
-                tracing::error!("the maintenance thread panicked");
-            }
-        }
         self.shared.close_commands();
         if let Some(handle) = self
             .writer
