@@ -51,34 +51,58 @@ impl Store {
             .map(|next| next_base_seq(storage, &next.path))
             .chain([None])
             .collect();
-        // Each segment is checked on its own, on up to `read_threads` threads, a segment at a
-        // time each (its bytes read whole); then whether each continues the one before.
-        let threads = self.inner.shared.read_threads.clamp(1, segments.len().max(1));
-        let next = std::sync::atomic::AtomicUsize::new(0);
-        let check_next = || -> Result<Vec<(usize, Findings)>> {
-            let mut done = Vec::new();
-            loop {
-                let at = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let (Some(segment), Some(next_base_seq)) = (segments.get(at), next_base_seqs.get(at)) else {
-                    return Ok(done);
-                };
-                let mut bytes = read_whole(storage, &segment.path)?;
-                bytes.truncate(crate::num::usize_from_u64(segment.published_len()));
-                done.push((at, check_segment(&segment.path, &bytes, *next_base_seq, &mut |_| true)));
-            }
-        };
+        // Each segment is checked on its own, on up to `read_threads` threads; then whether each
+        // continues the one before. The segments are read on this thread alone, one after the
+        // other in the log's order (a simulated disk numbers its calls), at most one per checking
+        // thread ahead of the checks.
+        let checkers = self.inner.shared.read_threads.clamp(1, segments.len().max(1));
+        let (to_check, work) = crossbeam_channel::bounded::<(usize, Vec<u8>)>(checkers);
+        let (segments_ref, next_ref) = (&segments, &next_base_seqs);
         let mut found: Vec<(usize, Findings)> = std::thread::scope(|scope| {
-            let helpers: Vec<_> = (1..threads).map(|_| scope.spawn(check_next)).collect();
-            let mut found = check_next()?;
-            for helper in helpers {
-                found.extend(helper.join().map_err(|_| {
+            let handles: Vec<_> = (0..checkers)
+                .map(|_| {
+                    let work = work.clone();
+                    scope.spawn(move || {
+                        work.iter()
+                            .filter_map(|(at, bytes)| {
+                                let segment = segments_ref.get(at)?;
+                                let next_base_seq = next_ref.get(at).copied().flatten();
+                                Some((at, check_segment(&segment.path, &bytes, next_base_seq, &mut |_| true)))
+                            })
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            drop(work);
+            let mut read_error = None;
+            for (at, segment) in segments.iter().enumerate() {
+                match read_whole(storage, &segment.path) {
+                    Ok(mut bytes) => {
+                        bytes.truncate(crate::num::usize_from_u64(segment.published_len()));
+                        if to_check.send((at, bytes)).is_err() {
+                            break;
+                        }
+                    }
+                    Err(e) => {
+                        read_error = Some(e);
+                        break;
+                    }
+                }
+            }
+            drop(to_check);
+            let mut found = Vec::new();
+            for handle in handles {
+                found.extend(handle.join().map_err(|_| {
                     Error::io(
                         "verifying segments",
                         std::io::Error::other("a verifying thread panicked"),
                     )
-                })??);
+                })?);
             }
-            Ok::<_, Error>(found)
+            match read_error {
+                Some(e) => Err(e),
+                None => Ok(found),
+            }
         })?;
         found.sort_by_key(|(at, _)| *at);
         let mut chained: Vec<(&std::path::Path, &mut Findings)> = segments
